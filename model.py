@@ -1,0 +1,402 @@
+"""
+normgpt's GPT: nanoGPT's GPT-2 with six places to put the normalization.
+
+The six norm modes differ in one place only, `Block.join`, which combines the residual stream x
+with a sub-layer f (attention or MLP). Everything else is shared. ../shared/NORM_MODES.md is the
+specification; the section numbers in comments (§) refer to it.
+
+    pre         x + f(LN(x))                            GPT-2 / nanoGPT
+    post        LN(x + f(x))                            Vaswani et al. 2017; GeoNorm Eq. 1
+    deep        LN(α·x + f(x)), α = (2N)^¼              DeepNet (arXiv 2203.00555)
+    sandwich    x + LN(f(LN(x)))                        CogView (arXiv 2105.13290)
+    geonorm     exp_x(a_k·v), v = f(LN(x)) ⟂ x          GeoNorm Eq. 3, 5 (arXiv 2601.22095)
+    simplenorm  x + f(x), f normalizes after every W    SimpleGPT §4.1 (arXiv 2602.01212)
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+NORM_MODES = ("post", "pre", "deep", "sandwich", "geonorm", "simplenorm")
+GEO_DECAYS = ("harmonic", "sqrt", "linear", "none")
+GEO_RADII = ("sqrt_d", "embed")
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for speed
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = False  # biases in Linears and LayerNorms; simplenorm requires False
+    norm_mode: str = "pre"  # one of NORM_MODES
+    norm_eps: float | None = None  # None: 1e-5 for LayerNorm and QK-norm, 1e-6 for simplenorm (§7.3)
+    qk_norm: bool = False  # RMSNorm on q and k (over all heads jointly), usable with any mode
+    geo_alpha: float = 1.0  # geonorm: base step size a
+    geo_decay: str = "harmonic"  # geonorm: a_k = a/k | a/√k | a(L-k+1)/L | a
+    geo_input_norm: bool = True  # geonorm: LN before each sub-layer (§6.2 item 1)
+    geo_radius: str = "sqrt_d"  # geonorm: project the embedding to radius √d, or keep its own norm
+    geo_max_angle: float | None = None  # geonorm: smooth clamp of the rotation angle θ (radians)
+    sandwich_depth_scaled: bool = False  # sandwich: output-norm gains c/√L (Pangu Ultra DSSN)
+    simplenorm_untied_llama_init: bool = False  # untied head, E ~ N(0, 1), head std d^-½ (§7.2)
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self):
+        """Raise a one-line ValueError that names the fix for any invalid setting."""
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.norm_mode not in NORM_MODES:
+            raise ValueError(f"unknown norm_mode {self.norm_mode!r}: choose one of {', '.join(NORM_MODES)}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}: "
+                             f"choose n_head among the divisors of n_embd")
+        if self.norm_mode == "simplenorm" and self.bias:
+            raise ValueError("simplenorm needs bias=False (a bias breaks the scale invariance of Norm(Wx))")
+        if self.geo_decay not in GEO_DECAYS:
+            raise ValueError(f"unknown geo_decay {self.geo_decay!r}: choose one of {', '.join(GEO_DECAYS)}")
+        if self.geo_radius not in GEO_RADII:
+            raise ValueError(f"unknown geo_radius {self.geo_radius!r}: choose one of {', '.join(GEO_RADII)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if self.geo_alpha < 0:
+            raise ValueError(f"geo_alpha must be >= 0, got {self.geo_alpha!r}")
+        if self.geo_max_angle is not None and self.geo_max_angle <= 0:
+            raise ValueError(f"geo_max_angle must be None or > 0, got {self.geo_max_angle!r}")
+        if self.norm_eps is not None and self.norm_eps < 0:
+            raise ValueError(f"norm_eps must be None or >= 0, got {self.norm_eps!r}")
+
+
+def at_least_fp32(t):
+    """t in fp32, or kept in fp64: norms need fp32's precision, and fp64 tests need their own."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with an optional bias (PyTorch's cannot drop only the bias)."""
+
+    def __init__(self, ndim, bias, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+        self.eps = eps
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+
+class RMSNorm(nn.Module):
+    """γ ⊙ x / √(mean(x²) + ε), computed in fp32 and cast back (§1)."""
+
+    def __init__(self, ndim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.eps = eps
+
+    def forward(self, x):
+        return F.rms_norm(at_least_fp32(x), self.weight.shape, at_least_fp32(self.weight), self.eps).type_as(x)
+
+
+def layer_norm(config, ndim):
+    return LayerNorm(ndim, config.bias, 1e-5 if config.norm_eps is None else config.norm_eps)
+
+
+def rms_norm(config, ndim):
+    """The RMSNorm of QK-norm (ε 1e-5) or of simplenorm (ε 1e-6: its inputs can be tiny, §7.3)."""
+    default_eps = 1e-6 if config.norm_mode == "simplenorm" else 1e-5
+    return RMSNorm(ndim, default_eps if config.norm_eps is None else config.norm_eps)
+
+
+def vec_norm(t):
+    """‖t‖ over the last dim, (B, T, 1); the 1e-12 keeps the value and gradient finite at t = 0."""
+    return (t.pow(2).sum(-1, keepdim=True) + 1e-12).sqrt()
+
+
+def tangent(x, s):
+    """Proj_x(s) = s − (x̂·s)·x̂: the part of s tangent to the sphere at x (GeoNorm Eq. 5)."""
+    x_hat = x / vec_norm(x)
+    return s - (x_hat * s).sum(-1, keepdim=True) * x_hat
+
+
+def geodesic_step(x, s, a, max_angle=None):
+    """exp_x(a·v) with v = Proj_x(s): walk the great circle through x by arc length a‖v‖ (Eq. 3, 5).
+
+    Written as cos θ·x + a·sinc(θ)·v with θ = a‖v‖/‖x‖ (§6.2): the same point as the paper's
+    cos θ·x + ‖x‖·sin θ·v/‖v‖, but finite and differentiable at v = 0. Keeps ‖x‖ exactly.
+    """
+    dtype = x.dtype
+    x, s = at_least_fp32(x), at_least_fp32(s)  # bf16's ~4e-3 precision would break norm preservation
+    v = tangent(x, s)
+    r, v_norm = vec_norm(x), vec_norm(v)  # sphere radius and tangent length, (B, T, 1)
+    theta = a * v_norm / r  # rotation angle = arc length / radius
+    if max_angle is not None:  # smooth clamp θ -> θ/(1 + θ/m) < m, by shortening the step
+        a = a / (1 + theta / max_angle)
+        theta = a * v_norm / r
+    y = torch.cos(theta) * x + a * torch.sinc(theta / math.pi) * v  # torch.sinc(t) = sin(πt)/(πt)
+    return y.to(dtype)
+
+
+def deepnorm_constants(n_layer):
+    """DeepNet Table 1, decoder-only with N layers: α = (2N)^¼ scales the residual, β = (8N)^-¼ the init."""
+    return (2 * n_layer) ** 0.25, (8 * n_layer) ** -0.25
+
+
+def geo_step_size(config, k):
+    """a_k for block k = 1..L (§6.2 schedule table; 1-based so a/k and a/√k are defined)."""
+    a, L = config.geo_alpha, config.n_layer
+    return {"harmonic": a / k, "sqrt": a / math.sqrt(k), "linear": a * (L - k + 1) / L, "none": a}[config.geo_decay]
+
+
+class CausalSelfAttention(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        d = config.n_embd
+        self.c_attn = nn.Linear(d, 3 * d, bias=config.bias)  # q, k, v for all heads in one matmul
+        self.c_proj = nn.Linear(d, d, bias=config.bias)
+        simple = config.norm_mode == "simplenorm"
+        # SimpleNorm puts an RMSNorm after every linear (q, k, v, o); QK-norm only after q and k.
+        # Each spans all heads jointly (d features), as in the official SimpleGPT code (§7.1).
+        self.q_norm = rms_norm(config, d) if simple or config.qk_norm else nn.Identity()
+        self.k_norm = rms_norm(config, d) if simple or config.qk_norm else nn.Identity()
+        self.v_norm = rms_norm(config, d) if simple else nn.Identity()
+        self.o_norm = rms_norm(config, d) if simple else nn.Identity()
+        self.attn_dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.n_head = config.n_head
+        self.block_size = config.block_size
+        self.kv_cache = None  # None, or while generating the (k, v) buffers written so far
+
+    def forward(self, x, pos=0):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)  # split before normalizing: each is its own W
+        q, k, v = self.q_norm(q), self.k_norm(k), self.v_norm(v)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        if self.kv_cache is not None:  # generating: keep the keys and values of earlier positions
+            if pos == 0:  # a (re)prefill: fresh buffers with room for a whole window
+                shape = (B, self.n_head, self.block_size, C // self.n_head)  # (B, nh, block_size, hs)
+                self.kv_cache = (k.new_zeros(shape), v.new_zeros(shape))
+            cache_k, cache_v = self.kv_cache
+            cache_k[:, :, pos:pos + T] = k
+            cache_v[:, :, pos:pos + T] = v
+            k, v = cache_k[:, :, :pos + T], cache_v[:, :, :pos + T]  # (B, nh, pos+T, hs)
+        # A prompt is prefilled at pos 0 (causal mask); later tokens come one at a time and see all.
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0,
+                                           is_causal=T > 1)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
+        return self.resid_dropout(self.o_norm(self.c_proj(y)))
+
+
+class MLP(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        d = config.n_embd
+        simple = config.norm_mode == "simplenorm"
+        self.c_fc = nn.Linear(d, 4 * d, bias=config.bias)
+        self.fc_norm = rms_norm(config, 4 * d) if simple else nn.Identity()
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * d, d, bias=config.bias)
+        self.proj_norm = rms_norm(config, d) if simple else nn.Identity()
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.proj_norm(self.c_proj(self.gelu(self.fc_norm(self.c_fc(x))))))
+
+
+class Block(nn.Module):
+    """One attention and one MLP sub-layer, each joined to the residual stream by `join`."""
+
+    def __init__(self, config, k):
+        super().__init__()
+        mode, d = config.norm_mode, config.n_embd
+        self.mode = mode
+        self.attn = CausalSelfAttention(config)
+        self.mlp = MLP(config)
+        # ln_1/ln_2 sit before each sub-layer (pre, sandwich, geonorm) or after the add (post, deep).
+        uses_ln = mode in ("pre", "post", "deep", "sandwich") or (mode == "geonorm" and config.geo_input_norm)
+        self.ln_1 = layer_norm(config, d) if uses_ln else nn.Identity()
+        self.ln_2 = layer_norm(config, d) if uses_ln else nn.Identity()
+        # sandwich's second LN on each sub-layer's output
+        self.ln_1_out = layer_norm(config, d) if mode == "sandwich" else nn.Identity()
+        self.ln_2_out = layer_norm(config, d) if mode == "sandwich" else nn.Identity()
+        self.alpha = deepnorm_constants(config.n_layer)[0]  # deep: residual scale α
+        self.geo_step = geo_step_size(config, k)  # geonorm: a_k, shared by both sub-layers of block k
+        self.geo_max_angle = config.geo_max_angle
+
+    def join(self, x, f, norm, out_norm):
+        """Combine the residual stream x with sub-layer f: the one place the six modes differ."""
+        if self.mode == "pre":  # x + f(LN(x))
+            return x + f(norm(x))
+        if self.mode == "post":  # LN(x + f(x))                        GeoNorm Eq. 1
+            return norm(x + f(x))
+        if self.mode == "deep":  # LN(α·x + f(x))                      DeepNet Eq. for x_{l+1}
+            return norm(self.alpha * x + f(x))
+        if self.mode == "sandwich":  # x + LN(f(LN(x)))                CogView Sandwich-LN
+            return x + out_norm(f(norm(x)))
+        if self.mode == "geonorm":  # exp_x(a_k·Proj_x f(LN(x)))       GeoNorm Eq. 3, 5
+            return geodesic_step(x, f(norm(x)), self.geo_step, self.geo_max_angle)
+        return x + f(x)  # simplenorm: Ψ(x) = Norm(Wx) inside f        SimpleGPT §4.1
+
+    def forward(self, x, pos=0):
+        x = self.join(x, lambda h: self.attn(h, pos), self.ln_1, self.ln_1_out)
+        return self.join(x, self.mlp, self.ln_2, self.ln_2_out)
+
+
+class GPT(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        config.validate()
+        self.config = config
+        mode = config.norm_mode
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config, k) for k in range(1, config.n_layer + 1)]),
+            # post and deep end on a block's LN already: a final norm would only add an affine (§3, §4)
+            ln_f=(nn.Identity() if mode in ("post", "deep")
+                  else rms_norm(config, config.n_embd) if mode == "simplenorm"
+                  else layer_norm(config, config.n_embd)),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        if not config.simplenorm_untied_llama_init:
+            self.transformer.wte.weight = self.lm_head.weight  # tied: E is both embedding and head
+        self.init_weights()
+
+    def init_weights(self):
+        """nanoGPT's init (§1), then each mode's override: deep (§4), sandwich DSSN (§5), Llama (§7.2)."""
+        c, L, d = self.config, self.config.n_layer, self.config.n_embd
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):  # GPT-2: residual projections scaled by 1/√(2L)
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * L))
+        if c.norm_mode == "deep":  # DeepNet Fig. 2: Xavier-normal, gain β on v, o and the FFN
+            beta = deepnorm_constants(L)[1]
+            for block in self.transformer.h:
+                for i, gain in enumerate((1.0, 1.0, beta)):  # q, k, v slices of c_attn, each d × d
+                    nn.init.xavier_normal_(block.attn.c_attn.weight[i * d:(i + 1) * d], gain=gain)
+                for weight in (block.attn.c_proj.weight, block.mlp.c_fc.weight, block.mlp.c_proj.weight):
+                    nn.init.xavier_normal_(weight, gain=beta)
+        if c.norm_mode == "sandwich" and c.sandwich_depth_scaled:  # Pangu Ultra: γ = c/√L
+            for block in self.transformer.h:
+                nn.init.constant_(block.ln_1_out.weight, 0.283 / math.sqrt(L))
+                nn.init.constant_(block.ln_2_out.weight, 0.432 / math.sqrt(L))
+        if c.simplenorm_untied_llama_init:  # torchtitan Llama: E ~ N(0, 1), head std d^-½ cut at ±3σ
+            nn.init.normal_(self.transformer.wte.weight, mean=0.0, std=1.0)
+            std = d ** -0.5
+            nn.init.trunc_normal_(self.lm_head.weight, mean=0.0, std=std, a=-3 * std, b=3 * std)
+
+    def get_num_params(self, non_embedding=True):
+        """Parameter count, the tied head counted once; non_embedding drops the position table."""
+        n_params = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n_params -= self.transformer.wpe.weight.numel()
+        return n_params
+
+    def embed(self, idx, pos=0):
+        """x_0 = Drop(E[t] + P[pos]); geonorm then starts on the sphere of radius √d (§6.2 item 2)."""
+        positions = torch.arange(pos, pos + idx.size(1), dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(positions))
+        if self.config.norm_mode == "geonorm" and self.config.geo_radius == "sqrt_d":
+            x = math.sqrt(self.config.n_embd) * x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        return x
+
+    def forward(self, idx, targets=None, pos=0):
+        """idx (B, T) token ids at positions pos..pos+T-1 -> logits (B, T, V), mean loss or None."""
+        B, T = idx.size()
+        if pos + T > self.config.block_size:
+            raise ValueError(f"cannot forward positions up to {pos + T}: block_size is only {self.config.block_size}")
+        x = self.embed(idx, pos)
+        for block in self.transformer.h:
+            x = block(x, pos)
+        logits = self.lm_head(self.transformer.ln_f(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        return logits, loss
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW; weight decay on matrices and embeddings (≥ 2-D), none on biases and norm gains."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        fused = device_type == "cuda"  # one kernel for the whole update; not available on CPU
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
+
+    def estimate_mfu(self, fwdbwd_per_iter, dt, peak_flops):
+        """Model FLOPs utilization: achieved FLOP/s over peak_flops (PaLM, App. B)."""
+        N = self.get_num_params()
+        L, H, Q, T = self.config.n_layer, self.config.n_head, self.config.n_embd // self.config.n_head, self.config.block_size
+        flops_per_token = 6 * N + 12 * L * H * Q * T  # 6 per parameter, plus attention scores
+        return flops_per_token * T * fwdbwd_per_iter / dt / peak_flops
+
+    def enable_kv_cache(self, enabled):
+        """Switch every attention layer's key/value cache on (empty until a prefill) or off."""
+        for block in self.transformer.h:
+            block.attn.kv_cache = () if enabled else None
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None, use_cache=True,
+                 on_token=None):
+        """Continue idx (B, T) by max_new_tokens tokens; temperature 0 is greedy. on_token, if given, is
+        called with each new token (B, 1) as soon as it is sampled (sample.py --stream prints it).
+
+        Without the cache every token recomputes its last block_size tokens (nanoGPT's semantics).
+        With it, the window is prefilled once and each new token costs one position. When the cache
+        is full, its newest (block_size + 1) // 2 tokens are prefilled again at positions 0..: past
+        block_size the model then sees between half a window and a full window of context instead of
+        always a full one, the price of reusing keys and values computed at fixed positions.
+        """
+        block_size = self.config.block_size
+        window = None  # index in idx of the token cached at position 0; None: nothing cached yet
+        self.enable_kv_cache(use_cache)
+        try:
+            for _ in range(max_new_tokens):
+                if not use_cache:
+                    logits, _ = self(idx[:, -block_size:])
+                elif window is None or idx.size(1) - window > block_size:  # (re)fill the cache
+                    n_keep = block_size if window is None else (block_size + 1) // 2
+                    window = max(0, idx.size(1) - n_keep)
+                    logits, _ = self(idx[:, window:])
+                else:  # one new token at the next free position
+                    logits, _ = self(idx[:, -1:], pos=idx.size(1) - 1 - window)
+                idx_next = sample_next(logits[:, -1, :], temperature, top_k, top_p, generator)
+                idx = torch.cat((idx, idx_next), dim=1)
+                if on_token is not None:
+                    on_token(idx_next)
+        finally:
+            self.enable_kv_cache(False)
+        return idx
+
+
+def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    """Pick one token per row of logits (B, V): greedy at temperature 0, else from the softmax
+    of logits/temperature restricted to the top_k most likely tokens and the top_p nucleus."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:  # keep the smallest set of most likely tokens whose mass reaches top_p
+        sorted_logits, order = torch.sort(logits, descending=True)
+        sorted_probs = F.softmax(sorted_logits, dim=-1)
+        outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p  # mass before this token already enough
+        logits = logits.masked_fill(outside.scatter(1, order, outside), float("-inf"))
+    return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)

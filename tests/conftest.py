@@ -1,0 +1,43 @@
+"""Test setup: offline, importable from the repository root, small and deterministic."""
+import os
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"  # read-only data beside the checkout; absent on some machines
+
+# Tests never touch the network.
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["HF_HUB_OFFLINE"] = "1"
+if (SHARED / "tiktoken_cache").is_dir():
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(SHARED / "tiktoken_cache")
+sys.path.insert(0, str(ROOT))
+
+
+def gpt2_available():
+    """True when tiktoken's GPT-2 files are in the offline cache (tests needing BPE skip otherwise)."""
+    try:
+        import tiktoken
+        tiktoken.get_encoding("gpt2")
+        return True
+    except Exception:
+        return False
+
+
+needs_gpt2 = pytest.mark.skipif(not gpt2_available(), reason="GPT-2 BPE files not cached offline")
+
+
+@pytest.fixture(scope="session")
+def shakespeare_text():
+    """tiny Shakespeare when ../shared has it, else a generated text with a similar alphabet."""
+    path = SHARED / "data" / "tinyshakespeare.txt"
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    import random
+    rng = random.Random(0)
+    words = ["thou", "art", "the", "king", "of", "Rome", "and", "I", "shall", "speak", "no", "more"]
+    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 9))).capitalize() + rng.choice(".,;!?")
+             for _ in range(20000)]
+    return "\n".join(lines) + "\n"

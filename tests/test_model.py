@@ -1,0 +1,569 @@
+"""model.py against ../shared/NORM_MODES.md: one test per property, named after it (§2–§9)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import model as M
+from model import GPT, GPTConfig, NORM_MODES, LayerNorm, RMSNorm, geodesic_step, tangent
+
+GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304)
+
+
+def tiny(mode, **overrides):
+    """A small model config: 3 blocks, 64 wide, 4 heads, block 32, 65 tokens."""
+    kw = dict(norm_mode=mode, n_layer=3, n_head=4, n_embd=64, block_size=32, vocab_size=65)
+    kw.update(overrides)
+    return GPTConfig(**kw)
+
+
+def build(mode, seed=0, **overrides):
+    torch.manual_seed(seed)
+    return GPT(tiny(mode, **overrides)).eval()
+
+
+def batch(config, B=2, T=None, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    T = T or config.block_size
+    return (torch.randint(0, config.vocab_size, (B, T), generator=g),
+            torch.randint(0, config.vocab_size, (B, T), generator=g))
+
+
+def block_outputs(model, idx):
+    """Each block's output x_k for k = 1..L, captured with forward hooks."""
+    outs = []
+    hooks = [b.register_forward_hook(lambda mod, inp, out: outs.append(out)) for b in model.transformer.h]
+    with torch.no_grad():
+        model(idx)
+    for h in hooks:
+        h.remove()
+    return outs
+
+
+def count_params(mode, **overrides):
+    """Parameter count of a GPT-2-small-shaped model, built on the meta device (no memory, no time)."""
+    with torch.device("meta"):
+        return GPT(GPTConfig(norm_mode=mode, **{**GPT2_SMALL, **overrides})).get_num_params(non_embedding=False)
+
+
+def per_token_std(t):
+    return t.std(dim=-1, unbiased=False)
+
+
+# ---------------------------------------------------------------- §2 pre
+
+def test_pre_P1_block_output_is_input_plus_branch_outputs():
+    model = build("pre")
+    block = model.transformer.h[1]
+    x = torch.randn(2, 8, 64)
+    h = x + block.attn(block.ln_1(x))
+    assert torch.equal(block(x), h + block.mlp(block.ln_2(h)))
+
+
+def test_pre_P3_param_count_matches_nanogpt_formula():
+    assert count_params("pre", bias=False) == 124_373_760
+    assert count_params("pre", bias=True) == 124_475_904
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_pre_loads_a_nanogpt_state_dict_strictly(bias):
+    """nanoGPT's parameter names and shapes, written out from its model.py, load with strict=True."""
+    L, d, V, block = 2, 64, 65, 32
+    shapes = {"transformer.wte.weight": (V, d), "transformer.wpe.weight": (block, d),
+              "transformer.ln_f.weight": (d,), "lm_head.weight": (V, d)}
+    for i in range(L):
+        p = f"transformer.h.{i}."
+        shapes.update({p + "ln_1.weight": (d,), p + "attn.c_attn.weight": (3 * d, d), p + "attn.c_proj.weight": (d, d),
+                       p + "ln_2.weight": (d,), p + "mlp.c_fc.weight": (4 * d, d), p + "mlp.c_proj.weight": (d, 4 * d)})
+        if bias:
+            shapes.update({p + "ln_1.bias": (d,), p + "attn.c_attn.bias": (3 * d,), p + "attn.c_proj.bias": (d,),
+                           p + "ln_2.bias": (d,), p + "mlp.c_fc.bias": (4 * d,), p + "mlp.c_proj.bias": (d,)})
+    if bias:
+        shapes["transformer.ln_f.bias"] = (d,)
+    nanogpt_state = {k: torch.randn(s) for k, s in shapes.items()}
+    nanogpt_state["lm_head.weight"] = nanogpt_state["transformer.wte.weight"]  # tied in nanoGPT too
+    model = GPT(GPTConfig(norm_mode="pre", n_layer=L, n_head=4, n_embd=d, block_size=block, vocab_size=V, bias=bias))
+    model.load_state_dict(nanogpt_state, strict=True)
+    assert torch.equal(model.lm_head.weight, nanogpt_state["transformer.wte.weight"])
+    assert model.lm_head.weight is model.transformer.wte.weight
+
+
+# ---------------------------------------------------------------- §3 post
+
+def test_post_P1_block_outputs_are_layer_normalized_at_init():
+    model = build("post")
+    idx, _ = batch(model.config)
+    for x_k in block_outputs(model, idx):
+        assert x_k.mean(-1).abs().max() < 1e-4
+        assert (per_token_std(x_k) - 1).abs().max() < 1e-4
+
+
+def test_post_P2_deep_P4_deep_with_alpha_one_equals_post():
+    post, deep = build("post"), build("deep", seed=5)
+    deep.load_state_dict(post.state_dict())
+    for block in deep.transformer.h:
+        block.alpha = 1.0
+    idx, _ = batch(post.config)
+    with torch.no_grad():
+        assert torch.equal(post(idx)[0], deep(idx)[0])
+
+
+@pytest.mark.parametrize("mode", ["post", "deep"])
+def test_post_P3_deep_have_no_final_norm(mode):
+    model = build(mode)
+    assert isinstance(model.transformer.ln_f, torch.nn.Identity)
+    assert not any("ln_f" in name for name, _ in model.named_parameters())
+
+
+# ---------------------------------------------------------------- §4 deep
+
+@pytest.mark.parametrize("L, alpha, beta", [(6, 1.8612, 0.37992), (12, 2.2134, 0.31947), (24, 2.6321, 0.26864)])
+def test_deep_P1_alpha_beta_closed_forms(L, alpha, beta):
+    a, b = M.deepnorm_constants(L)
+    assert a == pytest.approx((2 * L) ** 0.25) and a == pytest.approx(alpha, abs=1e-4)
+    assert b == pytest.approx((8 * L) ** -0.25) and b == pytest.approx(beta, abs=1e-5)
+    model = GPT(tiny("deep", n_layer=L, n_embd=32, n_head=2))
+    assert all(block.alpha == a for block in model.transformer.h)
+
+
+def test_deep_P2_init_stds_match_deepnet_table():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(norm_mode="deep", n_layer=12, n_head=12, n_embd=768, block_size=64, vocab_size=65))
+    d = 768
+    want = {"q": 0.03608, "k": 0.03608, "v": 0.01153, "o": 0.01153, "fc": 0.00729, "proj": 0.00729}
+    for block in model.transformer.h[:2]:
+        w = block.attn.c_attn.weight
+        got = {"q": w[:d].std(), "k": w[d:2 * d].std(), "v": w[2 * d:].std(), "o": block.attn.c_proj.weight.std(),
+               "fc": block.mlp.c_fc.weight.std(), "proj": block.mlp.c_proj.weight.std()}
+        for name, std in want.items():
+            assert abs(got[name].item() / std - 1) < 0.05, name
+    assert abs(model.transformer.wte.weight.std().item() / 0.02 - 1) < 0.05  # embeddings keep nanoGPT's 0.02
+
+
+def test_deep_P3_zero_branches_give_layer_norm_of_input():
+    model = build("deep")
+    block = model.transformer.h[0]
+    with torch.no_grad():
+        block.attn.c_proj.weight.zero_()
+        block.mlp.c_proj.weight.zero_()
+    x = torch.randn(2, 8, 64) * 3 + 0.5
+    with torch.no_grad():
+        y = block(x)
+        assert torch.equal(y, block.ln_2(block.alpha * block.ln_1(block.alpha * x)))
+        assert torch.allclose(y, F.layer_norm(x, (64,)), atol=1e-4)
+
+
+# ---------------------------------------------------------------- §5 sandwich
+
+@pytest.mark.parametrize("depth_scaled", [False, True])
+def test_sandwich_P1_residual_increments_have_output_norm_std(depth_scaled):
+    """Each increment is LN_out(branch): mean 0 and std γ_out·√(σ²/(σ² + ε)), σ² the raw branch variance.
+
+    The ε factor matters: attention averages values over t positions, so at init the raw branch
+    variance falls like 1/t and nears ε = 1e-5 late in the sequence (NORM_MODES §5 omits this).
+    """
+    model = build("sandwich", sandwich_depth_scaled=depth_scaled)
+    L, eps = model.config.n_layer, 1e-5
+    gamma_attn, gamma_mlp = (0.283 / math.sqrt(L), 0.432 / math.sqrt(L)) if depth_scaled else (1.0, 1.0)
+    x = model.embed(batch(model.config)[0])
+    with torch.no_grad():
+        for block in model.transformer.h:
+            raw_attn = block.attn(block.ln_1(x))
+            h = block.join(x, block.attn, block.ln_1, block.ln_1_out)
+            out = block(x)
+            raw_mlp = block.mlp(block.ln_2(h))
+            for inc, raw, gamma in ((h - x, raw_attn, gamma_attn), (out - h, raw_mlp, gamma_mlp)):
+                var = raw.var(-1, unbiased=False)
+                assert inc.mean(-1).abs().max() < 1e-4
+                assert torch.allclose(per_token_std(inc), gamma * (var / (var + eps)).sqrt(), rtol=1e-3)
+            x = out
+
+
+@pytest.mark.parametrize("bias, extra", [(False, 2 * 12 * 768), (True, 2 * 12 * 2 * 768)])
+def test_sandwich_P2_param_count_is_pre_plus_output_norms(bias, extra):
+    assert count_params("sandwich", bias=bias) == count_params("pre", bias=bias) + extra
+
+
+def test_sandwich_P3_final_norm_present():
+    assert isinstance(build("sandwich").transformer.ln_f, LayerNorm)
+
+
+# ---------------------------------------------------------------- §6 geonorm
+
+def test_geonorm_G1_norm_preserved_after_every_half_step():
+    model = build("geonorm")
+    d = model.config.n_embd
+    x = model.embed(batch(model.config)[0])
+    with torch.no_grad():
+        assert ((x.norm(dim=-1) - math.sqrt(d)).abs() / math.sqrt(d)).max() < 1e-5
+        for block in model.transformer.h:
+            half = block.join(x, block.attn, block.ln_1, block.ln_1_out)
+            x = block(x)
+            for t in (half, x):
+                assert ((t.norm(dim=-1) - math.sqrt(d)).abs() / math.sqrt(d)).max() < 1e-5
+
+
+def test_geonorm_G1_embed_radius_keeps_each_tokens_own_norm():
+    model = build("geonorm", geo_radius="embed")
+    idx, _ = batch(model.config)
+    r0 = model.embed(idx).norm(dim=-1)
+    for x_k in block_outputs(model, idx):
+        assert ((x_k.norm(dim=-1) - r0).abs() / r0).max() < 1e-5
+    assert r0.std() > 0.01  # the radii really differ per token: the test is not vacuous
+
+
+def test_geonorm_G2_update_direction_is_tangent():
+    torch.manual_seed(0)
+    x, s = torch.randn(4, 16, 64) * 5, torch.randn(4, 16, 64) + torch.randn(4, 16, 1) * 3
+    x_hat = x / x.norm(dim=-1, keepdim=True)
+    v = tangent(x, s)
+    assert ((x_hat * v).sum(-1).abs() < 1e-5 * s.norm(dim=-1)).all()
+    assert torch.allclose(v + (x_hat * s).sum(-1, keepdim=True) * x_hat, s, atol=1e-5)  # v is s minus its radial part
+
+
+def angle_between(x, y):
+    """Angle between vectors, stable near 0 and π: atan2(‖x̂ ∧ ŷ‖, x̂·ŷ)."""
+    x_hat, y_hat = x / x.norm(dim=-1, keepdim=True), y / y.norm(dim=-1, keepdim=True)
+    cos = (x_hat * y_hat).sum(-1)
+    sin = (y_hat - cos.unsqueeze(-1) * x_hat).norm(dim=-1)
+    return torch.atan2(sin, cos)
+
+
+@pytest.mark.parametrize("theta", [0.1, 0.5, 1.0, 2.0, 3.0])
+def test_geonorm_G3_rotation_angle_is_a_times_tangent_length_over_radius(theta):
+    torch.manual_seed(0)
+    x = torch.randn(8, 64, dtype=torch.float64) * 4
+    v = tangent(x, torch.randn(8, 64, dtype=torch.float64))
+    s = v + 0.7 * x  # a radial component that the step must ignore
+    a = theta * x.norm(dim=-1, keepdim=True) / v.norm(dim=-1, keepdim=True)  # per-row a giving this θ
+    y = geodesic_step(x, s, a)
+    expected = min(theta, 2 * math.pi - theta)
+    assert torch.allclose(angle_between(x, y), torch.full((8,), expected, dtype=torch.float64), atol=1e-5)
+    assert torch.allclose(y.norm(dim=-1), x.norm(dim=-1), rtol=1e-10)
+
+
+def test_geonorm_G4_degenerate_inputs():
+    torch.manual_seed(0)
+    x = torch.randn(4, 64) * 3
+    assert torch.allclose(geodesic_step(x, torch.zeros_like(x), 0.7), x, atol=1e-6)
+    for c in (-2.0, 0.3, 5.0):
+        assert torch.allclose(geodesic_step(x, c * x, 0.7), x, atol=1e-5)
+    s = torch.zeros_like(x, requires_grad=True)
+    xr = x.clone().requires_grad_(True)
+    geodesic_step(xr, s, 0.7).sum().backward()
+    assert torch.isfinite(s.grad).all() and torch.isfinite(xr.grad).all()
+    model = build("geonorm", geo_alpha=0.0)  # a = 0: every block is the identity
+    idx, _ = batch(model.config)
+    with torch.no_grad():
+        expected = model.lm_head(model.transformer.ln_f(model.embed(idx)))
+        assert torch.allclose(model(idx)[0], expected, atol=1e-6)
+
+
+def test_geonorm_G5_small_angle_limit_is_the_residual_step():
+    torch.manual_seed(0)
+    x = torch.randn(16, 64, dtype=torch.float64) * 8
+    s0 = torch.randn(16, 64, dtype=torch.float64)
+    a, r = 0.5, x.norm(dim=-1)
+    ratios = []
+    for scale in (1e-1, 1e-2, 1e-3):
+        s = scale * s0
+        v = tangent(x, s)
+        err = (geodesic_step(x, s, a) - (x + a * v)).norm(dim=-1)
+        ratios.append((err / (a ** 2 * v.norm(dim=-1) ** 2 / r)).max().item())
+    assert all(0.3 < q < 0.7 for q in ratios)  # the error is ½·a²‖v‖²/r: second order, constant ≈ ½
+
+
+@pytest.mark.parametrize("decay, fn", [("harmonic", lambda k, L: 1 / k), ("sqrt", lambda k, L: k ** -0.5),
+                                       ("linear", lambda k, L: (L - k + 1) / L), ("none", lambda k, L: 1.0)])
+def test_geonorm_G6_step_schedule(decay, fn, monkeypatch):
+    L, alpha = 12, 2.0
+    model = build("geonorm", n_layer=L, geo_decay=decay, geo_alpha=alpha)
+    assert [b.geo_step for b in model.transformer.h] == pytest.approx([alpha * fn(k, L) for k in range(1, L + 1)])
+    seen = []
+    real_step = M.geodesic_step
+    monkeypatch.setattr(M, "geodesic_step", lambda x, s, a, m=None: seen.append(a) or real_step(x, s, a, m))
+    with torch.no_grad():
+        model(batch(model.config)[0])
+    assert seen == [b.geo_step for b in model.transformer.h for _ in range(2)]  # both sub-layers use a_k
+
+
+def test_geonorm_G7_param_count_equals_pre():
+    assert count_params("geonorm") == count_params("pre")
+
+
+@pytest.mark.parametrize("max_angle", [0.05, 0.5])
+def test_geonorm_max_angle_bounds_the_rotation_smoothly(max_angle):
+    torch.manual_seed(0)
+    x = torch.randn(64, 32, dtype=torch.float64)
+    s = torch.randn(64, 32, dtype=torch.float64) * torch.logspace(-3, 2, 64, dtype=torch.float64)[:, None]
+    theta = 1.0 * tangent(x, s).norm(dim=-1) / x.norm(dim=-1)
+    got = angle_between(x, geodesic_step(x, s, 1.0, max_angle))
+    assert torch.allclose(got, theta / (1 + theta / max_angle), atol=1e-9)
+    assert (got < max_angle).all()
+
+
+# ---------------------------------------------------------------- §7 simplenorm
+
+def capture_norm_outputs(model, idx):
+    """Input z and output y of every RMSNorm inside the blocks, keyed by (block index, module name)."""
+    seen = {}
+    hooks = [mod.register_forward_hook(lambda m, inp, out, key=(int(name.split(".")[2]), name.split(".")[-1]):
+                                       seen.__setitem__(key, (inp[0], out)))
+             for name, mod in model.named_modules() if isinstance(mod, RMSNorm) and ".h." in name]
+    with torch.no_grad():
+        model(idx)
+    for h in hooks:
+        h.remove()
+    return seen
+
+
+def test_simplenorm_S1_rmsnorm_outputs_have_unit_rms():
+    model = build("simplenorm")
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 2.0)  # the gains must be divided out, not assumed to be 1
+    seen = capture_norm_outputs(model, batch(model.config)[0])
+    assert len(seen) == 6 * model.config.n_layer
+    for (k, name), (z, y) in seen.items():
+        norm = dict(model.transformer.h[k].named_modules())
+        gamma = next(m.weight for n, m in norm.items() if n.endswith(name))
+        ms_z = z.pow(2).mean(-1)
+        eps = 1e-6
+        assert torch.allclose((y / gamma).pow(2).mean(-1), ms_z / (ms_z + eps), rtol=1e-5), (k, name)
+
+
+def test_simplenorm_S1_unit_rms_at_init_after_block_1():
+    model = build("simplenorm")
+    for (k, name), (z, y) in capture_norm_outputs(model, batch(model.config)[0]).items():
+        rms = y.pow(2).mean(-1).sqrt()
+        tol = 1e-3 if k >= 1 else 0.05  # block 1's q, k, v see the tiny raw embedding: ε costs a little
+        assert (rms - 1).abs().max() < tol, (k, name)
+
+
+def test_simplenorm_S2_branches_are_scale_invariant():
+    model = build("simplenorm", norm_eps=1e-12)
+    block = model.transformer.h[1]
+    x = torch.randn(2, 16, 64)
+    with torch.no_grad():
+        for branch in (block.attn, block.mlp):
+            for c in (0.1, 10.0):
+                assert torch.allclose(branch(c * x), branch(x), atol=1e-4)
+        pre = build("pre").transformer.h[1]  # control: a pre-norm model's branch sees the scale
+        assert not torch.allclose(pre.mlp(10 * x), pre.mlp(x), atol=1e-2)
+
+
+def test_simplenorm_S3_plain_residual_sums_and_no_block_norms():
+    model = build("simplenorm")
+    for block in model.transformer.h:
+        assert isinstance(block.ln_1, torch.nn.Identity) and isinstance(block.ln_2, torch.nn.Identity)
+    assert not any(".ln_1" in n or ".ln_2" in n for n, _ in model.named_parameters())
+    block = model.transformer.h[1]
+    x = torch.randn(2, 8, 64)
+    with torch.no_grad():
+        h = x + block.attn(x)
+        assert torch.equal(block(x), h + block.mlp(h))
+
+
+def test_simplenorm_S4_qk_norm_spans_all_heads():
+    model = build("simplenorm")
+    attn = model.transformer.h[1].attn
+    d, hs = model.config.n_embd, model.config.n_embd // model.config.n_head
+    assert attn.q_norm.weight.shape == (d,) and attn.k_norm.weight.shape == (d,)
+    z = torch.randn(2, 8, d) * torch.linspace(0.1, 10, d)  # heads of very different scale
+    y = attn.q_norm(z)
+    assert torch.allclose(y.pow(2).mean(-1), torch.ones(2, 8), atol=1e-4)
+    per_head_rms = y.view(2, 8, -1, hs).pow(2).mean(-1)
+    assert per_head_rms.max() > 2 * per_head_rms.min()  # not normalized per head
+
+
+def test_simplenorm_S5_param_count():
+    L, d = 12, 768
+    assert count_params("simplenorm") == count_params("pre") - 2 * L * d + L * (4 * d + 4 * d + d)
+    assert count_params("simplenorm") - count_params("pre") == 64_512
+
+
+def test_simplenorm_untied_llama_init():
+    model = build("simplenorm", simplenorm_untied_llama_init=True)
+    d = model.config.n_embd
+    assert model.lm_head.weight is not model.transformer.wte.weight
+    assert abs(model.transformer.wte.weight.std().item() - 1) < 0.05
+    assert model.lm_head.weight.abs().max() <= 3 * d ** -0.5
+    assert model.get_num_params() == build("simplenorm").get_num_params() + model.lm_head.weight.numel()
+
+
+def test_qk_norm_adds_rmsnorm_on_q_and_k_to_any_mode():
+    model = build("pre", qk_norm=True)
+    attn = model.transformer.h[0].attn
+    assert isinstance(attn.q_norm, RMSNorm) and isinstance(attn.k_norm, RMSNorm)
+    assert isinstance(attn.v_norm, torch.nn.Identity)
+    assert model.get_num_params() == build("pre").get_num_params() + 2 * 3 * 64
+
+
+# ---------------------------------------------------------------- §8 App. B: pre-norm is GeoNorm with a fixed angle
+
+def fixed_angle(j):
+    """θ_j of App. B for the j-th residual update (j ≥ 1): cos θ_j = √(j/(j+1))."""
+    return math.acos(math.sqrt(j / (j + 1)))
+
+
+def test_B1_pre_norm_equals_fixed_angle_recursion_in_float64():
+    torch.manual_seed(0)
+    model = GPT(tiny("pre", n_layer=6, norm_eps=0.0)).double().eval()
+    idx, _ = batch(model.config)
+    with torch.no_grad():
+        logits, _ = model(idx)
+        x_L = block_outputs(model, idx)[-1]
+        x_bar, j = model.embed(idx), 0
+        for block in model.transformer.h:
+            for phi, norm in ((block.attn, block.ln_1), (block.mlp, block.ln_2)):
+                j += 1
+                theta = fixed_angle(j)
+                x_bar = math.cos(theta) * x_bar + math.sin(theta) * phi(norm(x_bar))
+        alt_logits = model.lm_head(model.transformer.ln_f(x_bar))
+    assert (logits - alt_logits).abs().max() < 1e-9
+    assert torch.allclose(x_bar, x_L / math.sqrt(j + 1), atol=1e-12)
+
+
+def test_B2_fixed_angles():
+    for j in range(1, 50):
+        assert math.cos(fixed_angle(j)) ** 2 + math.sin(fixed_angle(j)) ** 2 == pytest.approx(1.0)
+        assert fixed_angle(j) == pytest.approx(math.atan(1 / math.sqrt(j)))
+    assert [round(math.degrees(fixed_angle(j)), 2) for j in (1, 2, 3, 4)] == [45.0, 35.26, 30.0, 26.57]
+
+
+# ---------------------------------------------------------------- parameter counts of every mode (§9)
+
+@pytest.mark.parametrize("mode, extra", [("post", -768), ("pre", 0), ("deep", -768), ("sandwich", 2 * 12 * 768),
+                                         ("geonorm", 0), ("simplenorm", 7 * 12 * 768)])
+def test_param_count_of_every_mode(mode, extra):
+    assert count_params(mode) == 124_373_760 + extra
+
+
+# ---------------------------------------------------------------- §9 generic, every mode
+
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_loss_at_init_is_log_vocab(mode):
+    model = build(mode, vocab_size=50304, n_embd=128)
+    idx, targets = batch(model.config, B=4)
+    with torch.no_grad():
+        _, loss = model(idx, targets)
+    assert abs(loss.item() - math.log(50304)) < 0.3
+
+
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_gradients_are_finite(mode):
+    model = build(mode).train()
+    idx, targets = batch(model.config)
+    model(idx, targets)[1].backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert sum(g.abs().sum() for g in grads) > 0
+
+
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_bf16_autocast_forward_is_finite_and_close(mode):
+    model = build(mode)
+    idx, targets = batch(model.config)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, loss = model(idx, targets)
+    assert logits.dtype == torch.bfloat16 and torch.isfinite(logits).all() and torch.isfinite(loss)
+    with torch.no_grad():
+        assert abs(loss.item() - model(idx, targets)[1].item()) < 0.05
+
+
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_compile_aot_eager_fullgraph_matches_eager(mode):
+    model = build(mode)
+    idx, _ = batch(model.config)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)  # fullgraph: a graph break fails
+    with torch.no_grad():
+        assert torch.allclose(compiled(idx)[0], model(idx)[0], atol=1e-5)
+
+
+def test_compile_inductor_geonorm_matches_eager():
+    torch._dynamo.reset()
+    model = build("geonorm", n_layer=2)
+    idx, targets = batch(model.config)
+    compiled = torch.compile(model, fullgraph=True)
+    logits, loss = compiled(idx, targets)
+    loss.backward()
+    with torch.no_grad():
+        assert torch.allclose(logits, model(idx)[0], atol=1e-4)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_same_seed_same_logits(mode):
+    idx, _ = batch(tiny(mode))
+    with torch.no_grad():
+        a, b, c = build(mode, seed=3)(idx)[0], build(mode, seed=3)(idx)[0], build(mode, seed=4)(idx)[0]
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_each_mode_learns_a_fixed_batch(mode):
+    model = build(mode, n_layer=2).train()
+    idx, targets = batch(model.config, B=4)
+    lr = 3e-3 if mode == "simplenorm" else 1e-2
+    optimizer = model.configure_optimizers(0.0, lr, (0.9, 0.95), "cpu")
+    losses = []
+    for _ in range(40):
+        _, loss = model(idx, targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses[::10]
+
+
+# ---------------------------------------------------------------- optimizer, MFU
+
+def test_configure_optimizers_decays_only_matrices():
+    model = build("sandwich", bias=True)
+    opt = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cpu")
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+def test_estimate_mfu_uses_the_given_peak():
+    model = build("pre")
+    c, N = model.config, model.get_num_params()
+    flops = (6 * N + 12 * c.n_layer * c.n_head * (c.n_embd // c.n_head) * c.block_size) * c.block_size * 4
+    assert model.estimate_mfu(4, 0.5, 1e12) == pytest.approx(flops / 0.5 / 1e12)
+    assert model.estimate_mfu(4, 0.5, 2e12) == pytest.approx(model.estimate_mfu(4, 0.5, 1e12) / 2)
+
+
+# ---------------------------------------------------------------- invalid configurations
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(norm_mode="prenorm"), "unknown norm_mode 'prenorm': choose one of post, pre, deep, sandwich, geonorm, simplenorm"),
+    (dict(n_embd=64, n_head=5), "n_embd=64 is not divisible by n_head=5"),
+    (dict(norm_mode="simplenorm", bias=True), "simplenorm needs bias=False"),
+    (dict(geo_decay="cosine"), "unknown geo_decay 'cosine': choose one of harmonic, sqrt, linear, none"),
+    (dict(geo_radius="unit"), "unknown geo_radius 'unit': choose one of sqrt_d, embed"),
+    (dict(n_layer=0), "n_layer must be a positive int, got 0"),
+    (dict(n_embd=-8), "n_embd must be a positive int, got -8"),
+    (dict(block_size=16.5), "block_size must be a positive int, got 16.5"),
+    (dict(geo_max_angle=0.0), "geo_max_angle must be None or > 0"),
+])
+def test_invalid_config_raises_one_line_error(overrides, message):
+    with pytest.raises(ValueError) as info:
+        GPTConfig(**{**dict(n_layer=2, n_head=4, n_embd=64, block_size=16, vocab_size=65), **overrides})
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_config_changed_after_creation_is_checked_by_gpt():
+    config = tiny("pre")
+    config.norm_mode = "postnorm"
+    with pytest.raises(ValueError, match="unknown norm_mode 'postnorm'"):
+        GPT(config)
+
+
+def test_forward_past_block_size_is_a_clear_error():
+    model = build("pre")
+    with pytest.raises(ValueError, match="block_size is only 32"):
+        model(torch.zeros(1, 33, dtype=torch.long))
