@@ -240,7 +240,7 @@ class Block(nn.Module):
             return x + f(norm(x))
         if self.mode == "post":  # LN(x + f(x))                        GeoNorm Eq. 1
             return norm(x + f(x))
-        if self.mode == "deep":  # LN(α·x + f(x))                      DeepNet Eq. for x_{l+1}
+        if self.mode == "deep":  # LN(α·x + f(x))                      DeepNet DeepNorm
             return norm(self.alpha * x + f(x))
         if self.mode == "sandwich":  # x + LN(f(LN(x)))                CogView Sandwich-LN
             return x + out_norm(f(norm(x)))
@@ -314,7 +314,7 @@ class GPT(nn.Module):
         positions = torch.arange(pos, pos + idx.size(1), dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(positions))
         if self.config.norm_mode == "geonorm" and self.config.geo_radius == "sqrt_d":
-            x = math.sqrt(self.config.n_embd) * x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+            x = math.sqrt(self.config.n_embd) * x / vec_norm(x)
         return x
 
     def forward(self, idx, targets=None, pos=0):
@@ -328,7 +328,7 @@ class GPT(nn.Module):
         logits = self.lm_head(self.transformer.ln_f(x))
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):

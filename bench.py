@@ -1,0 +1,199 @@
+"""
+Speed and memory of every norm mode, measured in one process and reported as ratios to `pre`.
+
+    python bench.py                                    # 6 layers, 384 wide, block 256, batch 8, vocab 65
+    python bench.py configs/geonorm_125m.py --device=cuda --compile=on
+    python bench.py --modes=pre,geonorm --steps=20 --json
+
+A training step is forward, backward, clipping and the AdamW update, on random tokens. The modes take
+turns step by step, in an order that rotates every round, so drift on a shared machine hits all of
+them alike; each figure is a median. Peak memory is CUDA's max allocated, or on CPU the growth of
+the process's peak RSS during one step. Also measured: sampling tokens/s with and without the KV
+cache, and the data loader's batches/s. Any other --key=value is a train.py setting.
+"""
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+import tempfile
+import time
+import types
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import prepare_data
+import train
+from model import NORM_MODES
+
+BENCH_SHAPE = ["--n_layer=6", "--n_head=6", "--n_embd=384", "--block_size=256", "--batch_size=8"]
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--modes", default="all", help="comma-separated norm modes, or all")
+    parser.add_argument("--compile", default="both", choices=("both", "on", "off"), help="torch.compile the model")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per mode")
+    parser.add_argument("--vocab_size", type=int, default=65, help="vocabulary of the random tokens")
+    parser.add_argument("--sample_tokens", type=int, default=64, help="new tokens per sampling measurement")
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    args, rest = parser.parse_known_args(argv)
+    modes = list(NORM_MODES) if args.modes == "all" else args.modes.split(",")
+    unknown = [m for m in modes if m not in NORM_MODES]
+    if unknown:
+        sys.exit(f"error: unknown mode(s) {', '.join(unknown)}: choose from {', '.join(NORM_MODES)} or all")
+    if "pre" not in modes:
+        modes.insert(0, "pre")  # the baseline every ratio is taken against
+    if args.steps < 1:
+        sys.exit("error: --steps must be at least 1")
+    cfg, _ = train.configure(BENCH_SHAPE + [f"--device={args.device}"] + rest)
+    return args, modes, cfg
+
+
+def peak_rss_reset():
+    """Return freed heap to the OS, then reset the kernel's peak-RSS mark to the current RSS (Linux)."""
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def rss_kib(field):
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field))
+
+
+class Runner:
+    """One mode's model, optimizer and a fixed random batch; step() is one training step."""
+
+    def __init__(self, mode, cfg, vocab_size, compiled):
+        cfg = types.SimpleNamespace(**{**vars(cfg), "norm_mode": mode})
+        meta = dict(vocab_size=vocab_size, tokenizer="char")
+        self.model, self.optimizer, _ = train.build_model(cfg, meta, None, cfg.device)
+        self.fn = torch.compile(self.model) if compiled else self.model
+        g = torch.Generator().manual_seed(0)
+        data = torch.randint(0, vocab_size, (cfg.batch_size, cfg.block_size + 1), generator=g).to(cfg.device)
+        self.x, self.y, self.cfg = data[:, :-1], data[:, 1:], cfg
+        dtype = "bfloat16" if cfg.dtype == "auto" and cfg.device.startswith("cuda") else cfg.dtype
+        self.ctx = torch.autocast(cfg.device.split(":")[0], torch.bfloat16) if dtype == "bfloat16" else nullcontext()
+
+    def step(self):
+        with self.ctx:
+            _, loss = self.fn(self.x, self.y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        sync(self.cfg.device)
+
+    def peak_memory_mb(self):
+        if self.cfg.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+            self.step()
+            return torch.cuda.max_memory_allocated() / 2**20
+        peak_rss_reset()
+        before = rss_kib("VmRSS")
+        self.step()
+        return (rss_kib("VmHWM") - before) / 1024
+
+
+def sync(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn, device):
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def bench_training(modes, cfg, args, compiled):
+    """Per mode: median step time, tokens/s, MFU, peak memory and the first (compiling) step's time."""
+    runners, first = {}, {}
+    for mode in modes:
+        runners[mode] = Runner(mode, cfg, args.vocab_size, compiled)
+        first[mode] = timed(runners[mode].step, cfg.device)  # includes the compilation
+        runners[mode].step()  # a second warm-up: the optimizer state exists from here on
+    times = {mode: [] for mode in modes}
+    for r in range(args.steps):
+        for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # rotate who goes first
+            times[mode].append(timed(runners[mode].step, cfg.device))
+    gpu = torch.cuda.get_device_name(cfg.device) if cfg.device.startswith("cuda") else ""
+    peak = cfg.peak_flops or next((flops for name, flops in train.PEAK_FLOPS if name in gpu), None)
+    base, results = statistics.median(times["pre"]), []
+    for mode, runner in runners.items():
+        dt = statistics.median(times[mode])
+        results.append(dict(
+            mode=mode, compile=compiled, step_ms=1000 * dt, ratio_to_pre=dt / base,
+            tokens_per_s=cfg.batch_size * cfg.block_size / dt, first_step_s=first[mode],
+            mfu=runner.model.estimate_mfu(cfg.batch_size, dt, peak) if peak else None,
+            peak_mem_mb=runner.peak_memory_mb()))
+    return results
+
+
+def bench_sampling(modes, cfg, args):
+    """Per mode: tokens/s generating from an 8-token prompt, with and without the KV cache (eager)."""
+    results = []
+    n_new = min(args.sample_tokens, cfg.block_size - 8)  # inside the window, where both paths agree
+    for mode in modes:
+        model = Runner(mode, cfg, args.vocab_size, compiled=False).model.eval()
+        prompt = torch.zeros(1, 8, dtype=torch.long, device=cfg.device)
+        speed = {}
+        for use_cache in (True, False, True, False):  # interleaved; the best of two each
+            dt = timed(lambda: model.generate(prompt, n_new, temperature=0, use_cache=use_cache), cfg.device)
+            speed[use_cache] = max(speed.get(use_cache, 0.0), n_new / dt)
+        results.append(dict(mode=mode, tokens_per_s_cache=speed[True], tokens_per_s_no_cache=speed[False],
+                            cache_speedup=speed[True] / speed[False]))
+    return results
+
+
+def bench_data_loader(cfg, n_batches=200):
+    """Batches/s of train.get_batch over a memory-mapped shard of 10M random tokens."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "train_000000.bin"
+        prepare_data.write_shard(path, np.random.default_rng(0).integers(0, 65, 10_000_000, dtype=np.uint16))
+        shards = [path], np.array([10_000_000])
+        t0 = time.perf_counter()
+        for i in range(n_batches):
+            train.get_batch(shards, np.random.default_rng((cfg.seed, i)), cfg, cfg.device)
+        dt = time.perf_counter() - t0
+    return dict(batches_per_s=n_batches / dt, tokens_per_s=n_batches * cfg.batch_size * cfg.block_size / dt)
+
+
+def print_table(report):
+    print(f"{report['shape']} on {report['device']}, torch {torch.__version__}, {report['steps']} steps per mode")
+    print(f"{'mode':<11} {'compile':<8} {'ms/step':>8} {'x pre':>6} {'tokens/s':>9} {'MFU':>6} "
+          f"{'peak MB':>8} {'1st step s':>10}")
+    for r in report["training"]:
+        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] else "-"
+        print(f"{r['mode']:<11} {'on' if r['compile'] else 'off':<8} {r['step_ms']:>8.1f} {r['ratio_to_pre']:>6.3f} "
+              f"{r['tokens_per_s']:>9,.0f} {mfu:>6} {r['peak_mem_mb']:>8.1f} {r['first_step_s']:>10.1f}")
+    print(f"\n{'mode':<11} {'sample tok/s, cache':>19} {'no cache':>9} {'speedup':>8}")
+    for r in report["sampling"]:
+        print(f"{r['mode']:<11} {r['tokens_per_s_cache']:>19.1f} {r['tokens_per_s_no_cache']:>9.1f} "
+              f"{r['cache_speedup']:>7.1f}x")
+    d = report["data_loader"]
+    print(f"\ndata loader: {d['batches_per_s']:,.0f} batches/s ({d['tokens_per_s']:,.0f} tokens/s)")
+
+
+def main(argv):
+    args, modes, cfg = parse(argv)
+    torch.manual_seed(cfg.seed)
+    compiles = {"both": (False, True), "on": (True,), "off": (False,)}[args.compile]
+    report = dict(shape=f"{cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {cfg.block_size}, "
+                        f"batch {cfg.batch_size}, vocab {args.vocab_size}",
+                  device=cfg.device, steps=args.steps, torch=torch.__version__,
+                  training=[r for c in compiles for r in bench_training(modes, cfg, args, c)],
+                  sampling=bench_sampling(modes, cfg, args), data_loader=bench_data_loader(cfg))
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print_table(report)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

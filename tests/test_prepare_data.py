@@ -1,0 +1,263 @@
+"""prepare_data.py: shard format, round trips, splits, atomic and idempotent builds, offline errors."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import sysconfig
+import time
+
+import numpy as np
+import pytest
+
+import prepare_data
+from conftest import ROOT, SHARED, needs_gpt2
+from prepare_data import get_tokenizer, load_meta, prepare, read_shard, write_shard
+
+TINY_SHAKESPEARE = SHARED / "data" / "tinyshakespeare.txt"
+
+
+def split_text(out, split):
+    """The decoded text of one split of a prepared folder, shards in order."""
+    meta = load_meta(out)
+    tokens = [t for s in meta["shards"][split] for t in read_shard(out / s["file"]).tolist()]
+    return get_tokenizer(meta)[1](tokens)
+
+
+def error_of(call, *args, **kwargs):
+    with pytest.raises(SystemExit) as e:
+        call(*args, **kwargs)
+    message = str(e.value.code)
+    assert message.startswith("error: ") and "\n" not in message
+    return message
+
+
+@pytest.fixture
+def shakespeare_file(tmp_path, shakespeare_text):
+    path = tmp_path / "input.txt"
+    path.write_text(shakespeare_text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def docs_jsonl(tmp_path):
+    """Documents of varied length and script, one with the end-of-text marker as plain text."""
+    docs = [f"Document {i}: " + "naïve café, 東京 and ünïcödé. " * (i % 7 + 1) for i in range(40)]
+    docs[3] = "a document that quotes <|endoftext|> as text"
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    return path, docs
+
+
+# ----------------------------------------------------------------------------- shard format
+
+def test_write_shard_writes_the_modded_nanogpt_layout_and_read_shard_reads_it_back(tmp_path):
+    tokens = np.array([0, 1, 50256, 65535, 7], dtype=np.int64)
+    write_shard(tmp_path / "s.bin", tokens)
+    header = np.zeros(256, np.int32)  # built by hand as modded-nanogpt's fineweb.py does
+    header[:3] = 20240520, 1, len(tokens)
+    assert (tmp_path / "s.bin").read_bytes() == header.tobytes() + tokens.astype(np.uint16).tobytes()
+    shard = read_shard(tmp_path / "s.bin")
+    assert shard.dtype == np.uint16 and shard.tolist() == tokens.tolist() and not shard.flags.writeable
+    assert list(tmp_path.iterdir()) == [tmp_path / "s.bin"]  # the temporary file was renamed away
+
+
+@pytest.mark.parametrize("damage, why", [(lambda b: b[:1000], "header"), (lambda b: b[:-2], "promises"),
+                                         (lambda b: b"\0\0\0\0" + b[4:], "magic")])
+def test_read_shard_rejects_a_damaged_file_naming_the_fix(tmp_path, damage, why):
+    path = tmp_path / "shakespeare" / "train_000000.bin"
+    path.parent.mkdir()
+    write_shard(path, np.arange(100))
+    path.write_bytes(damage(path.read_bytes()))
+    message = error_of(read_shard, path)
+    assert "not a valid token shard" in message and why in message and "--force" in message
+
+
+def test_write_shard_refuses_ids_beyond_uint16(tmp_path):
+    assert "65535" in error_of(write_shard, tmp_path / "s.bin", [1, 65536])
+    assert not any(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------- tokenizers and round trips
+
+def test_char_round_trip_and_nanogpt_split(tmp_path, shakespeare_file, shakespeare_text):
+    out = prepare("shakespeare_char", tmp_path / "out", inputs=[str(shakespeare_file)], workers=1)
+    meta, n = load_meta(out), int(len(shakespeare_text) * 0.9)
+    assert meta["chars"] == "".join(sorted(set(shakespeare_text))) and meta["vocab_size"] == len(meta["chars"])
+    assert meta["tokenizer"] == "char" and meta["eot_token"] is None
+    assert split_text(out, "train") == shakespeare_text[:n] and split_text(out, "val") == shakespeare_text[n:]
+    assert meta["tokens"] == {"train": n, "val": len(shakespeare_text) - n}
+
+
+def test_char_tokenizer_names_the_characters_it_does_not_know():
+    encode, decode = get_tokenizer({"tokenizer": "char", "chars": "abc"})
+    assert decode(encode("cab")) == "cab"
+    assert error_of(encode, "a€bé") == "error: characters not in this model's vocabulary: 'é', '€'"
+
+
+@needs_gpt2
+def test_gpt2_round_trip_with_documents_separated_by_eot(tmp_path, docs_jsonl):
+    path, docs = docs_jsonl
+    out = prepare("text", tmp_path / "out", inputs=[str(path)], val_tokens=50, workers=1)
+    meta = load_meta(out)
+    assert (meta["tokenizer"], meta["vocab_size"], meta["eot_token"]) == ("gpt2", 50257, 50256)
+    assert meta["tokens"]["val"] == 50
+    assert split_text(out, "val") + split_text(out, "train") == "<|endoftext|>".join(docs)
+    tokens = np.concatenate([read_shard(out / s["file"]) for split in ("val", "train") for s in meta["shards"][split]])
+    assert (tokens == 50256).sum() == len(docs) - 1  # between documents only; the quoted one stays text
+
+
+@needs_gpt2
+@pytest.mark.skipif(not TINY_SHAKESPEARE.is_file(), reason="../shared/data/tinyshakespeare.txt is absent")
+def test_tinyshakespeare_gives_nanogpts_gpt2_token_counts(tmp_path):
+    out = prepare("shakespeare", tmp_path / "out", inputs=[str(TINY_SHAKESPEARE)])
+    meta = load_meta(out)
+    assert meta["tokens"] == {"train": 301_966, "val": 36_059}
+    assert len(get_tokenizer(meta)[0](TINY_SHAKESPEARE.read_text())) == 338_025
+    assert split_text(out, "train") + split_text(out, "val") == TINY_SHAKESPEARE.read_text()
+
+
+# ----------------------------------------------------------------------------- splits, shards, caps
+
+def test_split_sizes_and_shard_sizes(tmp_path, docs_jsonl):
+    path, docs = docs_jsonl
+    out = prepare("text", tmp_path / "out", inputs=[str(path)], tokenizer="char", val_tokens=300,
+                  shard_tokens=1000, workers=1)
+    meta = load_meta(out)
+    assert meta["tokens"] == {"val": 300, "train": sum(map(len, docs)) - 300}
+    assert split_text(out, "val") + split_text(out, "train") == "".join(docs)
+    for split in ("val", "train"):
+        shards = meta["shards"][split]
+        assert [s["file"] for s in shards] == [f"{split}_{i:06d}.bin" for i in range(len(shards))]
+        assert all(s["tokens"] == 1000 for s in shards[:-1]) and 0 < shards[-1]["tokens"] <= 1000
+        assert sum(s["tokens"] for s in shards) == meta["tokens"][split]
+        assert all(len(read_shard(out / s["file"])) == s["tokens"] for s in shards)
+
+
+@needs_gpt2
+def test_num_tokens_caps_the_output_exactly(tmp_path, docs_jsonl):
+    out = prepare("text", tmp_path / "out", inputs=[str(docs_jsonl[0])], num_tokens=333, val_tokens=100, workers=1)
+    assert sum(load_meta(out)["tokens"].values()) == 333
+
+
+def test_pystdlib_builds_offline_from_the_first_sorted_files(tmp_path):
+    out = prepare("pystdlib", tmp_path / "out", num_tokens=60_000, workers=1)
+    root, files = pathlib.Path(sysconfig.get_paths()["stdlib"]), []
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = [d for d in subfolders if d not in ("test", "tests", "idle_test", "site-packages")]
+        files += [pathlib.Path(folder, name) for name in names if name.endswith(".py")]
+    text = "".join(p.read_bytes().decode() for p in sorted(files)[:40])[:60_000]
+    assert split_text(out, "val") + split_text(out, "train") == text
+    assert load_meta(out)["chars"] == "".join(sorted(set(text)))
+
+
+def test_parallel_workers_write_the_same_shards_as_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare_data, "BATCH_CHARS", 5_000)  # many batches in flight
+    options = dict(num_tokens=200_000, shard_tokens=30_000)
+    one = load_meta(prepare("pystdlib", tmp_path / "one", workers=1, **options))
+    two = load_meta(prepare("pystdlib", tmp_path / "two", workers=2, **options))
+    assert one["shards"] == two["shards"] and len(one["shards"]["train"]) > 1
+
+
+def test_text_dataset_reads_txt_jsonl_and_parquet(tmp_path):
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("a whole file\nis one document\n")
+    (tmp_path / "in" / "b.jsonl").write_text(json.dumps({"text": "jsonl row"}) + "\n")
+    pq.write_table(pa.table({"text": ["parquet row"]}), tmp_path / "in" / "c.parquet")
+    out = prepare("text", tmp_path / "out", inputs=[str(tmp_path / "in" / "*")], tokenizer="char", val_tokens=1)
+    assert split_text(out, "val") + split_text(out, "train") == "a whole file\nis one document\njsonl rowparquet row"
+
+
+# ----------------------------------------------------------------------------- atomic, idempotent builds
+
+def test_rerun_does_nothing_and_force_rebuilds(tmp_path, shakespeare_file, capsys):
+    out = prepare("shakespeare_char", tmp_path / "out", inputs=[str(shakespeare_file)], workers=1)
+    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    prepare("shakespeare_char", out, inputs=[str(shakespeare_file)], workers=1)
+    assert "nothing to do" in capsys.readouterr().out
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps
+    shards = load_meta(out)["shards"]
+    prepare("shakespeare_char", out, inputs=[str(shakespeare_file)], workers=1, force=True)
+    assert load_meta(out)["shards"] == shards and (out / "meta.json").stat().st_mtime_ns != stamps["meta.json"]
+    assert "--force" in error_of(prepare, "shakespeare_char", out, inputs=[str(shakespeare_file)], val_tokens=5)
+
+
+def test_a_crash_mid_write_leaves_no_meta_json_and_the_rerun_completes(tmp_path, shakespeare_file):
+    out, options = tmp_path / "out", dict(inputs=[str(shakespeare_file)], shard_tokens=200_000, workers=1)
+    crash = ("import os, sys, prepare_data\n"  # the process dies for good while writing its second file
+             "replace, calls = os.replace, []\n"
+             "os.replace = lambda a, b: os._exit(3) if calls.append(a) or len(calls) == 2 else replace(a, b)\n"
+             f"prepare_data.prepare('shakespeare_char', {str(out)!r}, **{options!r})\n")
+    assert subprocess.run([sys.executable, "-c", crash], cwd=ROOT).returncode == 3
+    assert not (out / "meta.json").exists() and list(out.glob("*.tmp"))
+    for shard in out.glob("*.bin"):  # what has a final name is whole
+        read_shard(shard)
+    assert "not prepared (no meta.json)" in error_of(load_meta, out)
+    prepare("shakespeare_char", out, **options)
+    clean = prepare("shakespeare_char", tmp_path / "clean", **options)
+    assert load_meta(out)["shards"] == load_meta(clean)["shards"] and not list(out.glob("*.tmp"))
+
+
+def test_an_error_mid_build_leaves_no_partial_output(tmp_path, shakespeare_file, monkeypatch):
+    def fail_after_first(path, tokens, write=write_shard):
+        if path.name != "val_000000.bin":
+            raise OSError("disk full")
+        return write(path, tokens)
+    monkeypatch.setattr(prepare_data, "write_shard", fail_after_first)
+    with pytest.raises(OSError):
+        prepare("shakespeare_char", tmp_path / "out", inputs=[str(shakespeare_file)], workers=1)
+    assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- errors for the user
+
+def test_bad_input_gets_a_one_line_error_and_no_output(tmp_path):
+    (tmp_path / "empty.txt").touch()
+    out = tmp_path / "out"
+    assert "pystdlib" in error_of(prepare, "nope", out)
+    assert "no such file" in error_of(prepare, "text", out, inputs=[str(tmp_path / "missing*.txt")])
+    assert "is empty" in error_of(prepare, "shakespeare", out, inputs=[str(tmp_path / "empty.txt")])
+    assert "--num_tokens" in error_of(prepare, "pystdlib", out, num_tokens=0)
+    assert "--workers" in error_of(prepare, "pystdlib", out, workers=-1)
+    assert "no training tokens" in error_of(prepare, "pystdlib", out, num_tokens=1000, val_tokens=1000)
+    assert not out.exists()
+
+
+def test_non_utf8_bytes_are_replaced_and_counted(tmp_path, capsys):
+    (tmp_path / "in.txt").write_bytes(b"caf\xe9 au lait\n" * 10 + b"\xff\xfe end\n")
+    out = prepare("shakespeare_char", tmp_path / "out", inputs=[str(tmp_path / "in.txt")], workers=1)
+    assert "\ufffd" in load_meta(out)["chars"]
+    assert "12 bytes of invalid UTF-8" in capsys.readouterr().err
+
+
+def test_text_dataset_names_a_missing_column(tmp_path):
+    (tmp_path / "a.jsonl").write_text(json.dumps({"body": "x"}) + "\n")
+    assert "--text_column" in error_of(prepare, "text", tmp_path / "out", inputs=[str(tmp_path / "a.jsonl")],
+                                       tokenizer="char")
+
+
+def test_hub_dataset_offline_fails_fast_naming_local_files(tmp_path):
+    start = time.time()
+    message = error_of(prepare, "fineweb_edu", tmp_path / "out")
+    assert time.time() - start < 5 and "--input" in message and "text" in message
+
+
+def test_failed_shakespeare_download_says_to_use_input(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare_data, "SHAKESPEARE_URL", "http://127.0.0.1:9/input.txt")  # nothing listens
+    assert "--input path/to/input.txt" in error_of(prepare, "shakespeare_char", tmp_path / "out")
+
+
+def test_load_meta_of_an_unprepared_folder_gives_the_command(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert error_of(load_meta, "data/shakespeare_char") == (
+        "error: data/shakespeare_char is not prepared (no meta.json): run  python prepare_data.py shakespeare_char")
+
+
+def test_command_line_help_and_errors():
+    run = lambda *args: subprocess.run([sys.executable, "prepare_data.py", *args], cwd=ROOT, capture_output=True,
+                                       text=True, env={**os.environ, "PYTHONPATH": ""})
+    help_text = run("--help").stdout
+    assert all(name in help_text for name in prepare_data.DATASETS)
+    bad = run("nope")
+    assert bad.returncode != 0 and bad.stderr.startswith("error: unknown dataset") and bad.stderr.count("\n") == 1

@@ -1,0 +1,268 @@
+"""train.py's promises, one test each: tiny models on a tiny character corpus, CPU, offline."""
+import ast
+import dataclasses
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+import torch
+
+import prepare_data
+import train
+from model import GPT, GPTConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
+        "--eval_iters=2", "--eval_interval=5", "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory, shakespeare_text):
+    """data_dir with a prepared character-level dataset 'tiny': 200k characters of Shakespeare."""
+    root = tmp_path_factory.mktemp("data")
+    (root / "input.txt").write_text(shakespeare_text[:200_000])
+    prepare_data.prepare("shakespeare_char", root / "tiny", inputs=[str(root / "input.txt")], workers=1)
+    return root
+
+
+def run(data_dir, out_dir, *args):
+    """train.py in this process, on the tiny settings; returns the events of out_dir/log.jsonl."""
+    train.main([f"--data_dir={data_dir}", f"--out_dir={out_dir}", *TINY, *args])
+    return events(out_dir)
+
+
+def events(out_dir, kind=None):
+    lines = (out_dir / "log.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if kind in (None, e["event"])]
+
+
+def losses(out_dir):
+    return [(e["iter"], e["train_loss"]) for e in events(out_dir, "train")]
+
+
+def command(*args):
+    """train.py as its own process, for what only a process shows: exit codes, signals, torchrun."""
+    return [sys.executable, os.path.join(ROOT, "train.py"), *args]
+
+
+def test_a_tiny_run_learns_and_writes_a_valid_log_and_checkpoint(data_dir, tmp_path):
+    log = run(data_dir, tmp_path, "--max_iters=30", "--learning_rate=1e-2")
+    evals = [e for e in log if e["event"] == "eval"]
+    assert [e["iter"] for e in evals] == [0, 5, 10, 15, 20, 25, 30]
+    assert evals[-1]["val_loss"] < evals[0]["val_loss"] - 0.5  # from ~ln(62) = 4.1 to well below
+    for e in events(tmp_path, "train"):
+        assert set(e) >= {"iter", "train_loss", "lr", "grad_norm", "ms_per_iter", "tokens_per_s", "mfu"}
+        assert e["mfu"] is None  # no made-up peak on CPU
+    assert log[-1] == dict(log[-1], event="end", status="finished", iter=30, final_val_loss=evals[-1]["val_loss"])
+
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert {"model", "optimizer", "model_args", "iter_num", "best_val_loss", "config", "meta"} <= set(ckpt)
+    assert ckpt["iter_num"] == 30 and ckpt["meta"] == prepare_data.load_meta(data_dir / "tiny")
+    assert ckpt["best_val_loss"] == min(e["val_loss"] for e in evals) == log[-1]["best_val_loss"]
+    model = GPT(GPTConfig(**ckpt["model_args"]))
+    model.load_state_dict(ckpt["model"])  # strict: no prefixes, nothing missing
+    assert ckpt["model_args"]["vocab_size"] == ckpt["meta"]["vocab_size"]  # characters: no padding
+
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["config"]["max_iters"] == 30 and saved["torch"] == torch.__version__ and "git" in saved
+
+
+def test_resume_repeats_an_uninterrupted_run_bit_for_bit(data_dir, tmp_path):
+    args = ["--dropout=0.1", "--lr_decay_iters=12"]  # dropout: its masks must resume exactly too
+    run(data_dir, tmp_path / "whole", "--max_iters=12", *args)
+    run(data_dir, tmp_path / "parts", "--max_iters=7", *args)
+    run(data_dir, tmp_path / "parts", "--max_iters=12", "--init_from=resume")  # the rest from the checkpoint
+
+    assert losses(tmp_path / "parts") == losses(tmp_path / "whole")  # exact floats, each step once
+    kinds = lambda log: [(e["event"], e["iter"]) for e in log]
+    stop_eval = ("eval", 7)  # the first part evaluated where it stopped, at its max_iters
+    assert [k for k in kinds(events(tmp_path / "parts")) if k != stop_eval] == kinds(events(tmp_path / "whole"))
+    whole, parts = (torch.load(tmp_path / d / "ckpt.pt", weights_only=True) for d in ("whole", "parts"))
+    for name, tensor in whole["model"].items():
+        assert torch.equal(tensor, parts["model"][name]), name
+
+
+def test_max_iters_runs_exactly_that_many_optimizer_steps(data_dir, tmp_path):
+    run(data_dir, tmp_path, "--max_iters=7")
+    assert [i for i, _ in losses(tmp_path)] == list(range(1, 8))
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert ckpt["iter_num"] == 7
+    assert all(state["step"] == 7 for state in ckpt["optimizer"]["state"].values())
+
+
+def test_two_torchrun_processes_match_one_process_with_accumulation(data_dir, tmp_path):
+    args = [f"--data_dir={data_dir}", *TINY, "--max_iters=6", "--gradient_accumulation_steps=2", "--dropout=0.1"]
+    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          os.path.join(ROOT, "train.py"), *args, f"--out_dir={tmp_path / 'ddp'}"],
+                         capture_output=True, text=True, timeout=300)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    assert "= 2 processes x 1 micro-batches x 4 x 32" in ddp.stdout  # two processes, one micro-batch each
+    train.main([*args, f"--out_dir={tmp_path / 'one'}"])
+    (one, two) = losses(tmp_path / "one"), losses(tmp_path / "ddp")
+    assert [i for i, _ in two] == [i for i, _ in one] == list(range(1, 7))
+    assert max(abs(a - b) for (_, a), (_, b) in zip(one, two)) < 1e-5
+
+
+def test_unknown_settings_and_wrong_types_fail_with_their_messages(data_dir, tmp_path):
+    typo = tmp_path / "typo.py"
+    typo.write_text("learning_rat = 1e-3\n")
+    cases = {
+        str(typo): f"error: unknown setting 'learning_rat' in {typo}: did you mean 'learning_rate'?",
+        "--n_layr=2": "error: unknown setting 'n_layr' in --n_layr=2: did you mean 'n_layer'?",
+        "--batch_size=1.5": "error: batch_size must be int, got 1.5",
+        "--always_save_checkpoint=1": "error: always_save_checkpoint must be bool, got 1",
+        "--compile=maybe": "error: compile must be bool or None, got 'maybe'",
+        "--lr_schedule=linear": "error: lr_schedule must be one of cosine, wsd, got 'linear'",
+        "--max_iters": "error: --max_iters needs a value",
+    }
+    for arg, message in cases.items():
+        with pytest.raises(SystemExit) as error:
+            train.configure([arg])
+        assert str(error.value.code).startswith(message), arg
+    cfg, _ = train.configure(["--learning_rate=1", "--norm_eps=1e-6", "--geo_max_angle=None"])
+    assert type(cfg.learning_rate) is float and cfg.norm_eps == 1e-6 and cfg.geo_max_angle is None
+
+    with pytest.raises(SystemExit) as error:  # the model's own check, as a user error too
+        run(data_dir, tmp_path, "--n_head=3")
+    assert str(error.value.code).startswith("error: n_embd=32 is not divisible by n_head=3")
+    (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(SystemExit) as error:
+        train.configure([f"--out_dir={tmp_path}", "--init_from=resume"])
+    assert str(error.value.code).startswith(f"error: cannot load {tmp_path}/ckpt.pt")
+    # as a process: one line naming the fix, no traceback, a failing exit code
+    result = subprocess.run(command("--lerning_rate=1e-3"), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr == "error: unknown setting 'lerning_rate' in --lerning_rate=1e-3: did you mean 'learning_rate'?\n"
+
+
+def test_a_missing_dataset_names_the_command_that_prepares_it(tmp_path):
+    with pytest.raises(SystemExit) as error:
+        train.main([f"--data_dir={tmp_path}", "--dataset=shakespeare_char"])
+    assert f"python prepare_data.py shakespeare_char --out {tmp_path / 'shakespeare_char'}" in str(error.value.code)
+
+
+def test_a_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(data_dir, tmp_path, monkeypatch, capsys):
+    forward, calls = GPT.forward, []
+
+    def poisoned(self, idx, targets=None, pos=0):  # the 8th training step's loss is NaN
+        logits, loss = forward(self, idx, targets, pos)
+        calls.extend([1] if self.training else [])
+        return logits, loss * math.nan if len(calls) >= 8 and self.training else loss
+
+    monkeypatch.setattr(GPT, "forward", poisoned)
+    with pytest.raises(SystemExit) as error:
+        run(data_dir, tmp_path, "--max_iters=20")
+    assert error.value.code == 3
+    assert f"at step 8; the last good checkpoint: {tmp_path}/ckpt.pt (step 5)" in capsys.readouterr().err
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert ckpt["iter_num"] == 5 and all(t.isfinite().all() for t in ckpt["model"].values())
+    assert events(tmp_path)[-1] == dict(events(tmp_path)[-1], event="end", status="diverged", iter=7)
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path):
+    with open(tmp_path / "stdout", "w") as stdout:  # a file: a full pipe would block the run
+        proc = subprocess.Popen(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--max_iters=100000"),
+                                stdout=stdout, stderr=subprocess.STDOUT)
+        deadline = time.time() + 120
+        while not ((tmp_path / "log.jsonl").exists() and events(tmp_path, "train")):  # training has begun
+            assert proc.poll() is None and time.time() < deadline, (tmp_path / "stdout").read_text()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    out = (tmp_path / "stdout").read_text()
+    assert proc.returncode == 0, out
+    end = events(tmp_path)[-1]
+    assert end["event"] == "end" and end["status"] == "interrupted" and end["iter"] >= 1
+    assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["iter_num"] == end["iter"]
+    assert "--init_from=resume" in out
+
+
+def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_loadable(data_dir, tmp_path, monkeypatch):
+    run(data_dir, tmp_path, "--max_iters=5")
+
+    def crash(obj, f, *args, **kwargs):  # half a file, then the disk is full
+        f.write(b"PK\x03\x04 half a checkpoint")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError):
+        run(data_dir, tmp_path, "--max_iters=10", "--init_from=resume")
+    monkeypatch.undo()
+    assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["iter_num"] == 5
+    run(data_dir, tmp_path, "--max_iters=10", "--init_from=resume")
+    assert [i for i, _ in losses(tmp_path)] == list(range(1, 11))
+
+
+def test_a_checkpoint_from_a_compiled_model_loads(data_dir, tmp_path, monkeypatch):
+    compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model: compile(model, backend="eager"))  # no C++ toolchain
+    run(data_dir, tmp_path, "--max_iters=3", "--compile=True")
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert not [k for k in ckpt["model"] if "_orig_mod" in k or k.startswith("module.")]
+    # a checkpoint whose keys carry the wrappers' prefixes, as other scripts write them, resumes too
+    ckpt["model"] = {f"module._orig_mod.{k}": v for k, v in ckpt["model"].items()}
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    run(data_dir, tmp_path, "--max_iters=5", "--init_from=resume")
+    assert [i for i, _ in losses(tmp_path)] == list(range(1, 6))
+
+
+def test_layer_stats_measure_each_block(data_dir, tmp_path):
+    run(data_dir, tmp_path, "--max_iters=5", "--norm_mode=geonorm", "--log_layer_stats=True")
+    stats = events(tmp_path, "layer_stats")
+    assert [s["iter"] for s in stats] == [0, 5]
+    for s in stats:
+        assert len(s["grad_norm"]) == len(s["resid_rms"]) == len(s["angle"]) == 2
+        assert s["resid_rms"] == pytest.approx([1.0, 1.0], abs=1e-4)  # geonorm keeps |x| = sqrt(d)
+        assert all(0 < a < math.pi for a in s["angle"]) and all(g > 0 for g in s["grad_norm"])
+
+
+def test_rotation_angle_is_exact_for_small_and_large_angles():
+    theta = torch.tensor([1e-4, 0.5, 3.0, math.pi - 1e-3])
+    x = torch.stack([torch.ones_like(theta), torch.zeros_like(theta), torch.zeros_like(theta)], -1)  # (4, 3)
+    y = torch.stack([torch.cos(theta), torch.sin(theta), torch.zeros_like(theta)], -1) * 7.0
+    for t, xi, yi in zip(theta, x, y):
+        assert train.rotation_angle(xi.view(1, 1, 3), yi.view(1, 1, 3)) == pytest.approx(t.item(), rel=1e-3)
+
+
+def test_lr_schedules_warm_up_then_decay_to_min_lr():
+    cfg = types.SimpleNamespace(learning_rate=1.0, min_lr=0.1, warmup_iters=10, max_iters=110, lr_decay_iters=None,
+                                lr_schedule="cosine", wsd_decay_frac=0.2)
+    lrs = [train.get_lr(step, cfg) for step in range(120)]
+    assert lrs[0] < lrs[5] < lrs[9] < 1.0 and lrs[10] == 1.0 and lrs[60] == pytest.approx(0.55)
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:])) and lrs[110:] == [0.1] * 10
+    cfg.lr_schedule = "wsd"  # stable until 80% of 110 steps, then linear
+    lrs = [train.get_lr(step, cfg) for step in range(120)]
+    assert lrs[10:89] == [1.0] * 79 and lrs[99] == pytest.approx(0.55) and lrs[110] == 0.1
+
+
+def test_every_model_knob_is_a_setting_and_help_lists_them_all(capsys):
+    settings = train.read_settings()
+    assert {f.name for f in dataclasses.fields(GPTConfig)} - set(settings) == {"vocab_size"}
+    with pytest.raises(SystemExit) as done:
+        train.configure(["--help"])
+    assert done.value.code == 0
+    listed = dict((name, (value, comment)) for name, value, comment in  # name = default  # what it does
+                  re.findall(r"^(\w+)\b.*? = (.*?)  # (.+)$", capsys.readouterr().out, re.M))
+    assert listed.keys() == settings.keys()
+    for name, (default, _) in settings.items():
+        assert ast.literal_eval(listed[name][0]) == default, name
+
+
+def test_the_125m_configs_differ_only_in_norm_mode_and_simplenorm_lr():
+    modes = ["post", "pre", "deep", "sandwich", "geonorm", "simplenorm"]
+    cfgs = {m: vars(train.configure([os.path.join(ROOT, "configs", f"{m}_125m.py")])[0]) for m in modes}
+    assert {m: c["norm_mode"] for m, c in cfgs.items()} == {m: m for m in modes}
+    for m, c in cfgs.items():
+        differ = {k for k in c if c[k] != cfgs["pre"][k]}
+        assert differ <= {"norm_mode", "out_dir"} | ({"learning_rate", "min_lr"} if m == "simplenorm" else set()), m
+    pre = types.SimpleNamespace(**cfgs["pre"])
+    assert (pre.n_layer, pre.n_head, pre.n_embd, pre.block_size, pre.max_iters) == (12, 12, 768, 512, 50_000)
+    assert [train.accumulation_steps(pre, world) for world in (8, 4, 1)] == [1, 2, 8]  # 131,072 tokens per step
+    assert (cfgs["simplenorm"]["learning_rate"], cfgs["simplenorm"]["min_lr"]) == (1.8e-3, 1.8e-4)

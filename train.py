@@ -1,0 +1,503 @@
+"""
+Train a GPT with any of model.py's norm modes, on one device (CPU included) or many through torchrun.
+
+    python train.py                                   # a small char-level model on pystdlib, CPU, minutes
+    python train.py configs/shakespeare_char.py --norm_mode=geonorm
+    torchrun --standalone --nproc_per_node=8 train.py configs/geonorm_125m.py
+    torchrun --nnodes=2 --node_rank=0 --master_addr=10.0.0.1 --master_port=29500 --nproc_per_node=8 \\
+        train.py configs/geonorm_125m.py              # and --node_rank=1 on the second node
+    python train.py --out_dir=out --init_from=resume  # go on exactly where out/ckpt.pt stopped
+
+Settings: the defaults below, then (resuming) the checkpoint's, then config files (Python assignments)
+and --key=value arguments in the order given. Every random draw of a step, data and dropout alike, is
+a function of (seed, step, micro-batch), so a resumed run repeats an uninterrupted one bit for bit.
+"""
+import ast
+import dataclasses
+import difflib
+import inspect
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import types
+import typing
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import prepare_data
+from model import GPT, GPTConfig
+
+RULER = "# " + "-" * 98  # the settings are the assignments between the two lines that equal RULER
+# --------------------------------------------------------------------------------------------------
+# I/O
+out_dir = "out"  # ckpt.pt, log.jsonl and config.json are written here
+init_from = "scratch"  # 'scratch', or 'resume' from out_dir/ckpt.pt
+eval_interval = 250  # evaluate every this many steps, and at the end
+eval_iters = 20  # batches per split in an evaluation: the same batches every time
+log_interval = 10  # print and log the training loss every this many steps
+always_save_checkpoint = True  # checkpoint at every evaluation; False: when val loss improves (and at the end)
+log_layer_stats = False  # at evaluations also log each block's grad norm, residual RMS, rotation angle
+wandb_log = False  # also log to Weights & Biases, if it is installed
+wandb_project = "normgpt"  # wandb project name
+wandb_run_name = "run"  # wandb run name
+# data
+data_dir = "data"  # the folder holding prepared datasets
+dataset = "pystdlib"  # a folder in data_dir written by prepare_data.py (pystdlib is made when missing)
+batch_size = 12  # sequences per micro-batch, per process
+block_size = 64  # tokens per sequence: the model's context length
+gradient_accumulation_steps = 1  # micro-batches per optimizer step, summed over all processes
+total_batch_size = 0  # tokens per optimizer step; when > 0 it sets gradient_accumulation_steps
+seed = 1337  # seeds the initialization, every batch and every dropout mask
+# model: GPTConfig's fields (model.py); vocab_size comes from the dataset's meta.json
+n_layer = 4  # blocks
+n_head = 4  # attention heads per block
+n_embd = 128  # width of the residual stream
+dropout = 0.0  # dropout probability; 0 for pretraining
+bias = False  # biases in Linear and LayerNorm layers
+norm_mode = "pre"  # post, pre, deep, sandwich, geonorm or simplenorm
+norm_eps: float | None = None  # epsilon of the norms; None: the mode's default
+qk_norm = False  # RMSNorm on queries and keys
+geo_alpha = 1.0  # geonorm: base step size a
+geo_decay = "harmonic"  # geonorm: step size over depth: harmonic, sqrt, linear or none
+geo_input_norm = True  # geonorm: LayerNorm before each sub-layer
+geo_radius = "sqrt_d"  # geonorm: the sphere's radius: sqrt_d, or embed (the embedding's own norm)
+geo_max_angle: float | None = None  # geonorm: smooth clamp of the rotation angle (radians); None: off
+sandwich_depth_scaled = False  # sandwich: output-norm gains scaled by 1/sqrt(n_layer)
+simplenorm_untied_llama_init = False  # simplenorm: untied head with Llama's initialization
+# optimizer: AdamW
+learning_rate = 1e-3  # peak learning rate
+max_iters = 2000  # optimizer steps in all
+weight_decay = 0.1  # on matrices and embeddings, not on biases and norm gains
+beta1 = 0.9  # AdamW beta1
+beta2 = 0.99  # AdamW beta2
+grad_clip = 1.0  # clip the gradient norm at this value; 0: no clipping
+# learning-rate schedule
+lr_schedule = "cosine"  # 'cosine', or 'wsd': warmup, stable, then a linear decay
+warmup_iters = 100  # linear warmup steps
+lr_decay_iters: int | None = None  # the decay reaches min_lr at this step; None: max_iters
+min_lr = 1e-4  # the final learning rate
+wsd_decay_frac = 0.2  # wsd: the last fraction of lr_decay_iters decays linearly
+# DDP: torchrun's RANK, LOCAL_RANK and WORLD_SIZE switch it on
+backend = "auto"  # 'nccl' or 'gloo'; auto: nccl on CUDA, gloo on CPU
+# system
+device = "auto"  # 'cpu', 'cuda', 'cuda:1', 'mps'; auto: cuda when available
+dtype = "auto"  # 'float32', or 'bfloat16' autocast; auto: bfloat16 on CUDA, float32 elsewhere
+compile: bool | None = None  # torch.compile the model; None: on CUDA only
+peak_flops = 0.0  # one device's dense bf16 FLOP/s, for MFU; 0: looked up from the GPU's name
+# --------------------------------------------------------------------------------------------------
+CHOICES = dict(init_from=("scratch", "resume"), lr_schedule=("cosine", "wsd"), backend=("auto", "nccl", "gloo"),
+               dtype=("auto", "float32", "bfloat16"))
+PEAK_FLOPS = (("B200", 2250e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("H800", 989e12),
+              ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L4", 121e12), ("4090", 165e12))
+
+
+# ---------------------------------------------------------------------------------------- settings
+
+def settings_block():
+    return Path(__file__).read_text().split(RULER + "\n")[1]
+
+
+def read_settings():
+    """{name: (default, the types it accepts)}; types from an annotation (float | None) or the default."""
+    hints, names = inspect.get_annotations(sys.modules[__name__]), re.findall(r"^(\w+)\b.*? = ", settings_block(), re.M)
+    return {n: (globals()[n], typing.get_args(hints[n]) if n in hints else (type(globals()[n]),)) for n in names}
+
+
+def checked(name, value, settings, where):
+    """value as setting name's type (an int where a float goes is fine), else a one-line error."""
+    if name not in settings:
+        guess = difflib.get_close_matches(name, settings, n=1)
+        hint = f"did you mean {guess[0]!r}?" if guess else "python train.py --help lists them all"
+        sys.exit(f"error: unknown setting {name!r} in {where}: {hint}")
+    accepts = settings[name][1]
+    if type(value) is int and float in accepts:
+        return float(value)
+    if type(value) not in accepts:  # exactly: True is no int here, nor 1 a bool
+        kinds = " or ".join("None" if t is type(None) else t.__name__ for t in accepts)
+        sys.exit(f"error: {name} must be {kinds}, got {value!r} in {where}")
+    if value not in CHOICES.get(name, (value,)):
+        sys.exit(f"error: {name} must be one of {', '.join(CHOICES[name])}, got {value!r} in {where}")
+    return value
+
+
+def parse_arg(arg, settings):
+    """--key=value as {key: value}: the text for a str setting, else a Python literal (or the text)."""
+    name, has_value, text = arg[2:].partition("=")
+    if not has_value:
+        sys.exit(f"error: {arg} needs a value: --{name}=VALUE")
+    try:
+        return {name: text if settings.get(name, (None, ()))[1] == (str,) else ast.literal_eval(text)}
+    except (ValueError, SyntaxError):
+        return {name: text}
+
+
+def read_config_file(path):
+    """The settings a config file assigns (it is Python: it may import a shared base)."""
+    namespace = {}
+    try:
+        exec(Path(path).read_text(), namespace)
+    except Exception as e:  # a missing file, a syntax error, ...
+        sys.exit(f"error: config file {path}: {type(e).__name__}: {e}")
+    return {k: v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, types.ModuleType)}
+
+
+def configure(argv):
+    """The settings as a namespace, and the checkpoint to resume from (None from scratch)."""
+    if "--help" in argv or "-h" in argv:
+        print(__doc__.strip() + "\n\nsettings, their defaults and what they do:\n" + settings_block())
+        sys.exit(0)
+    settings, overrides = read_settings(), {}
+    for arg in argv:
+        pairs = parse_arg(arg, settings) if arg.startswith("--") else read_config_file(arg)
+        overrides.update({name: checked(name, value, settings, arg) for name, value in pairs.items()})
+    cfg = {name: default for name, (default, _) in settings.items()} | overrides
+    ckpt = load_checkpoint(Path(cfg["out_dir"]) / "ckpt.pt") if cfg["init_from"] == "resume" else None
+    if ckpt:  # the checkpoint's settings, except those given now
+        cfg |= {k: v for k, v in ckpt["config"].items() if k in settings and k not in overrides}
+    return types.SimpleNamespace(**cfg), ckpt
+
+
+def accumulation_steps(cfg, world):
+    """Micro-batches per process and step: the global count (or total_batch_size) split over the processes."""
+    steps, tokens = cfg.gradient_accumulation_steps, cfg.batch_size * cfg.block_size
+    if cfg.total_batch_size:
+        steps = cfg.total_batch_size // tokens
+        if steps * tokens != cfg.total_batch_size:
+            sys.exit(f"error: total_batch_size={cfg.total_batch_size} is not a multiple of batch_size * block_size"
+                     f" = {tokens}: change one of them")
+    if steps < 1 or steps % world:
+        sys.exit(f"error: {steps} micro-batches per step do not split over {world} processes: make "
+                 f"gradient_accumulation_steps (or total_batch_size) a multiple of {world}")
+    return steps // world
+
+
+# -------------------------------------------------------------------------------------------- data
+
+def load_dataset(cfg, master):
+    """The dataset's meta.json, and for each split its shards' (paths, token counts)."""
+    folder = Path(cfg.data_dir) / cfg.dataset
+    if cfg.dataset == "pystdlib" and master and not (folder / "meta.json").exists():
+        prepare_data.prepare("pystdlib", folder)  # offline and takes seconds: made rather than asked for
+    if dist.is_initialized():
+        dist.barrier()
+    meta, data = prepare_data.load_meta(folder), {}
+    for split in ("train", "val"):
+        shards = meta["shards"][split]
+        data[split] = [folder / s["file"] for s in shards], np.array([s["tokens"] for s in shards])
+        if data[split][1].max() <= cfg.block_size:
+            sys.exit(f"error: the {split} shards of {folder} are shorter than block_size={cfg.block_size}: lower it")
+    return meta, data
+
+
+def get_batch(shards, rng, cfg, device):
+    """batch_size windows at positions drawn by rng: inputs x and their next tokens y, both (B, T)."""
+    paths, counts = shards
+    room = np.maximum(counts - cfg.block_size, 0)  # window starts in each shard
+    ends = np.cumsum(room)
+    pos = rng.integers(ends[-1], size=cfg.batch_size)  # uniform over every window of every shard
+    shard = np.searchsorted(ends, pos, side="right")
+    offset = pos - (ends[shard] - room[shard])
+    # memmaps live for one batch: one kept open would keep every page it ever read in the RSS
+    maps = {s: prepare_data.read_shard(paths[s]) for s in set(shard.tolist())}
+    rows = [maps[s][o:o + cfg.block_size + 1] for s, o in zip(shard, offset)]
+    batch = torch.from_numpy(np.stack(rows).astype(np.int64))  # (B, T + 1)
+    if device.startswith("cuda"):  # pinned, so the copy overlaps the GPU's work
+        batch = batch.pin_memory()
+    batch = batch.to(device, non_blocking=True)
+    return batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+
+
+# ---------------------------------------------------------------------------------------- training
+
+def get_lr(step, cfg):
+    """Linear warmup, then cosine (or wsd: constant, then linear) decay to min_lr at lr_decay_iters."""
+    end = cfg.max_iters if cfg.lr_decay_iters is None else cfg.lr_decay_iters
+    if step < cfg.warmup_iters:
+        return cfg.learning_rate * (step + 1) / (cfg.warmup_iters + 1)
+    if step >= end:
+        return cfg.min_lr
+    if cfg.lr_schedule == "wsd":  # the decay takes the last wsd_decay_frac of the steps
+        start = max(cfg.warmup_iters, end * (1 - cfg.wsd_decay_frac))
+        done = 0.0 if step < start else (step - start) / (end - start)
+        return cfg.learning_rate + done * (cfg.min_lr - cfg.learning_rate)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * (step - cfg.warmup_iters) / (end - cfg.warmup_iters)))  # 1 -> 0
+    return cfg.min_lr + coeff * (cfg.learning_rate - cfg.min_lr)
+
+
+def train_step(model, data, cfg, ctx, device, step, rank, accum):
+    """Forward and backward over this process's micro-batches; returns their mean loss (a tensor)."""
+    total = torch.zeros((), device=device)
+    for micro in range(accum):
+        g = rank * accum + micro  # global micro-batch index: processes x accum split the same batches alike
+        rng = np.random.default_rng((cfg.seed, 0, step, g))
+        x, y = get_batch(data["train"], rng, cfg, device)
+        if cfg.dropout:  # the dropout masks, torch's only random draws: a function of (seed, step, g) too
+            torch.manual_seed(int(rng.integers(2**63)))
+        if isinstance(model, DDP):  # all-reduce the gradients after the last micro-batch only
+            model.require_backward_grad_sync = micro == accum - 1
+        with ctx:
+            _, loss = model(x, y)
+        (loss / accum).backward()
+        total += loss.detach()
+    return total / accum
+
+
+@torch.no_grad()
+def evaluate(model, data, cfg, ctx, device, rank, world):
+    """Mean (train, val) loss over eval_iters fixed batches per split, shared out among the processes."""
+    losses = torch.zeros(2, device=device)
+    for i, split in enumerate(("train", "val")):
+        for k in range(rank, cfg.eval_iters, world):
+            x, y = get_batch(data[split], np.random.default_rng((cfg.seed, 1, i, k)), cfg, device)
+            with ctx:
+                losses[i] += model(x, y)[1].float()
+    if world > 1:
+        dist.all_reduce(losses)
+    return (losses / cfg.eval_iters).tolist()
+
+
+def rotation_angle(x, y):
+    """Mean angle between x and y (B, T, C) over tokens: atan2(|ŷ - (x̂·ŷ)x̂|, x̂·ŷ), exact near 0 and π."""
+    x, y = torch.nn.functional.normalize(x, dim=-1), torch.nn.functional.normalize(y, dim=-1)
+    cos = (x * y).sum(-1, keepdim=True)
+    return torch.atan2((y - cos * x).norm(dim=-1), cos.squeeze(-1)).mean().item()
+
+
+def layer_stats(raw_model, x, y, ctx):
+    """Per block on one batch: its parameters' gradient norm, the RMS of the residual stream it outputs,
+    and the mean angle by which it rotates a token's vector. Forward hooks on the eager model."""
+    blocks, io = list(raw_model.transformer.h), []
+    hooks = [b.register_forward_hook(lambda m, args, out: io.append((args[0].float(), out.float()))) for b in blocks]
+    with ctx:
+        _, loss = raw_model(x, y)
+    for hook in hooks:
+        hook.remove()
+    params = [list(b.parameters()) for b in blocks]
+    grads = iter(torch.autograd.grad(loss, [p for ps in params for p in ps]))  # leaves .grad alone
+    return dict(grad_norm=[torch.stack([next(grads).float().norm() for _ in ps]).norm().item() for ps in params],
+                resid_rms=[out.pow(2).mean().sqrt().item() for _, out in io],
+                angle=[rotation_angle(inp, out) for inp, out in io])
+
+
+# -------------------------------------------------------------------------------- files in out_dir
+
+def save_checkpoint(path, checkpoint):
+    """torch.save to a temporary file beside path, fsync, rename: a crash mid-write leaves the old file whole."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(checkpoint, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path):
+    if not path.exists():
+        sys.exit(f"error: init_from='resume' but there is no {path}: set out_dir, or train from scratch first")
+    try:  # mmap: the processes of a node share one copy in the page cache
+        return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception as e:
+        sys.exit(f"error: cannot load {path} ({type(e).__name__}): delete it and train with init_from='scratch'")
+
+
+def trim_log(path, step):
+    """Keep the events up to step, the checkpoint's (none from scratch), and no old 'end': no step twice."""
+    keep = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            event = json.loads(line)
+        except ValueError:  # a line cut short by a crash
+            continue
+        if event["event"] != "end" and event["iter"] <= step:
+            keep.append(line + "\n")
+    path.write_text("".join(keep))
+
+
+def provenance():
+    """The code's git revision and the library versions, for config.json."""
+    try:
+        git = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True).stdout.strip()
+    except OSError:  # no git
+        git = ""
+    return dict(git=git or None, python=sys.version.split()[0], torch=torch.__version__, numpy=np.__version__,
+                cuda=torch.version.cuda)
+
+
+# -------------------------------------------------------------------------------------------- main
+
+def setup_distributed(cfg):
+    """(rank, world size, device): from torchrun's environment when it is set, else one process."""
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    if "RANK" not in os.environ:
+        return 0, 1, device
+    if device.startswith("cuda"):
+        device = f"cuda:{os.environ['LOCAL_RANK']}"
+        torch.cuda.set_device(device)
+    auto = "nccl" if device.startswith("cuda") else "gloo"
+    dist.init_process_group(auto if cfg.backend == "auto" else cfg.backend)
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def build_model(cfg, meta, ckpt, device):
+    """The model and its AdamW, fresh or from the checkpoint; and the model's GPTConfig arguments."""
+    model_args = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(GPTConfig) if f.name != "vocab_size"}
+    vocab = meta["vocab_size"]  # GPT-2's 50257 tokens padded to 50304: matmuls run faster on multiples of 64
+    model_args["vocab_size"] = 64 * math.ceil(vocab / 64) if meta["tokenizer"] == "gpt2" else vocab
+    torch.manual_seed(cfg.seed)
+    try:
+        model = GPT(GPTConfig(**model_args)).to(device)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    betas, device_type = (cfg.beta1, cfg.beta2), device.split(":")[0]
+    optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, betas, device_type)
+    if ckpt:
+        try:  # keys saved from a compiled or DDP-wrapped model carry a prefix
+            model.load_state_dict({re.sub(r"^(_orig_mod\.|module\.)+", "", k): v for k, v in ckpt["model"].items()})
+            optimizer.load_state_dict(ckpt["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as e:
+            sys.exit(f"error: the checkpoint in {cfg.out_dir} does not fit these settings ({str(e).splitlines()[0]}):"
+                     " resume with the model settings it was trained with")
+    return model, optimizer, model_args
+
+
+def open_log(cfg, resumed_at):
+    """Write config.json, trim log.jsonl to the checkpoint's step, and open it; and wandb when asked for."""
+    out_dir = Path(cfg.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(dict(config=vars(cfg), **provenance()), indent=1))
+    trim_log(out_dir / "log.jsonl", -1 if resumed_at is None else resumed_at)
+    wandb = None
+    if cfg.wandb_log:
+        try:
+            import wandb
+            wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config=vars(cfg))
+        except ImportError:
+            print("wandb_log=True but wandb is not installed: logging to log.jsonl only")
+    return open(out_dir / "log.jsonl", "a"), wandb
+
+
+def main(argv):
+    cfg, ckpt = configure(argv)
+    rank, world, device = setup_distributed(cfg)
+    master, accum, device_type = rank == 0, accumulation_steps(cfg, world), device.split(":")[0]
+    dtype = ("bfloat16" if device_type == "cuda" else "float32") if cfg.dtype == "auto" else cfg.dtype
+    ctx = torch.autocast(device_type, torch.bfloat16) if dtype == "bfloat16" else nullcontext()
+    if device_type == "cuda":
+        torch.set_float32_matmul_precision("high")  # TF32 matmuls
+    meta, data = load_dataset(cfg, master)
+    raw_model, optimizer, model_args = build_model(cfg, meta, ckpt, device)
+    step, best_val = (ckpt["iter_num"], ckpt["best_val_loss"]) if ckpt else (0, math.inf)
+    resumed_at = last_saved = step if ckpt else None  # the eval at resumed_at is in the log already
+    ckpt = None  # the model and optimizer hold what they need from it
+    model = torch.compile(raw_model) if (device_type == "cuda" if cfg.compile is None else cfg.compile) else raw_model
+    train_model = DDP(model, device_ids=[device] if device_type == "cuda" else None) if world > 1 else model
+    tokens_per_step = cfg.batch_size * cfg.block_size * accum * world
+    gpu = torch.cuda.get_device_name(device) if device_type == "cuda" else ""
+    peak = cfg.peak_flops or next((flops for name, flops in PEAK_FLOPS if name in gpu), None)
+    say = print if master else lambda *args, **kwargs: None
+    log, wandb = open_log(cfg, resumed_at) if master else (None, None)
+    say(f"{raw_model.get_num_params() / 1e6:.2f}M parameters on {gpu or device} in {dtype}, {tokens_per_step:,} tokens "
+        f"per step = {world} processes x {accum} micro-batches x {cfg.batch_size} x {cfg.block_size}"
+        + (f"; set peak_flops for MFU on a {gpu}" if gpu and not peak else ""))
+
+    def record(event, **fields):  # a line of log.jsonl (and wandb), from the master process
+        if master:
+            log.write(json.dumps(dict(event=event, **fields)) + "\n")
+            log.flush()
+            if wandb:
+                wandb.log(fields, step=fields["iter"])
+
+    def save():
+        if master:
+            save_checkpoint(Path(cfg.out_dir) / "ckpt.pt", dict(
+                model=raw_model.state_dict(), optimizer=optimizer.state_dict(), model_args=model_args,
+                iter_num=step, best_val_loss=best_val, config=vars(cfg), meta=meta))
+        return step
+
+    signals = []  # received: the loop saves and stops once the step in flight is done
+    def on_signal(signum, frame):
+        signals.append(signum)
+        signal.signal(signum, signal.SIG_DFL)  # a second one stops at once
+        print(f"{signal.Signals(signum).name}: saving a checkpoint after this step", flush=True)
+    handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    status, val_loss, step_times, train_time, first_step = None, None, [], 0.0, step
+    try:
+        while True:
+            if (step % cfg.eval_interval == 0 or step == cfg.max_iters) and step != resumed_at:
+                model.eval()
+                train_loss, val_loss = evaluate(model, data, cfg, ctx, device, rank, world)
+                record("eval", iter=step, train_loss=train_loss, val_loss=val_loss, lr=get_lr(step, cfg))
+                if cfg.log_layer_stats and master:
+                    x, y = get_batch(data["val"], np.random.default_rng((cfg.seed, 1, 1, 0)), cfg, device)
+                    record("layer_stats", iter=step, **layer_stats(raw_model, x, y, ctx))
+                model.train()
+                say(f"step {step}: train loss {train_loss:.4f}, val loss {val_loss:.4f}")
+                improved, best_val = val_loss < best_val, min(best_val, val_loss)
+                if step > 0 and (improved or cfg.always_save_checkpoint):
+                    last_saved = save()
+            if status or step >= cfg.max_iters:
+                break
+
+            t0, lr = time.time(), get_lr(step, cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss = train_step(train_model, data, cfg, ctx, device, step, rank, accum)
+            grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip or math.inf).item()
+            shared = torch.stack([loss, torch.tensor(float(len(signals)), device=device)])
+            if world > 1:  # all processes agree on the loss, and on whether to stop
+                dist.all_reduce(shared)
+            loss, status = shared[0].item() / world, "interrupted" if shared[1].item() else None
+            if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # stop before the update spoils the weights
+                status = "diverged"
+                break
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            step_times.append(time.time() - t0)
+            train_time += step_times[-1]
+            if step % cfg.log_interval == 0:
+                dt = sum(step_times) / len(step_times)
+                mfu = raw_model.estimate_mfu(cfg.batch_size * accum, dt, peak) if peak else None
+                record("train", iter=step, train_loss=loss, lr=lr, grad_norm=grad_norm, ms_per_iter=1000 * dt,
+                       tokens_per_s=tokens_per_step / dt, mfu=mfu)
+                say(f"iter {step}: loss {loss:.4f}, {1000 * dt:.1f} ms/iter, {tokens_per_step / dt:,.0f} tokens/s"
+                    + (f", mfu {100 * mfu:.1f}%" if mfu else ""))
+                step_times = []
+
+        if status != "diverged" and last_saved != step:  # a diverged state is never saved
+            last_saved = save()
+        status = status or "finished"
+        record("end", status=status, iter=step, best_val_loss=best_val if best_val < math.inf else None,
+               final_val_loss=val_loss, tokens_per_s=(step - first_step) * tokens_per_step / max(train_time, 1e-9))
+        if world > 1:  # leave together: a process gone while the master still writes can abort the others
+            dist.barrier()
+        if status == "diverged":
+            good = "none was saved" if last_saved is None else f"{cfg.out_dir}/ckpt.pt (step {last_saved})"
+            say(f"error: loss {loss}, gradient norm {grad_norm} at step {step + 1}; the last good checkpoint: {good};"
+                " resume from it with a lower learning_rate", file=sys.stderr)
+            sys.exit(3)
+        say(f"{status} at step {step}, checkpoint in {cfg.out_dir}; sample from it: python sample.py "
+            f"--out_dir={cfg.out_dir}" + (" (or go on: --init_from=resume)" if status == "interrupted" else ""))
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        if log:
+            log.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
