@@ -122,8 +122,7 @@ def bench_training(modes, cfg, args, compiled):
     for r in range(args.steps):
         for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # rotate who goes first
             times[mode].append(timed(runners[mode].step, cfg.device))
-    gpu = torch.cuda.get_device_name(cfg.device) if cfg.device.startswith("cuda") else ""
-    peak = cfg.peak_flops or next((flops for name, flops in train.PEAK_FLOPS if name in gpu), None)
+    _, peak = train.device_peak_flops(cfg, cfg.device)
     base, results = statistics.median(times["pre"]), []
     for mode, runner in runners.items():
         dt = statistics.median(times[mode])

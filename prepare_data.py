@@ -37,6 +37,7 @@ DATASETS = {  # name: (default tokenizer, one line for --help)
     "fineweb_edu": ("gpt2", "HuggingFaceFW/fineweb-edu sample-10BT streamed from the hub; cap it with --num_tokens"),
     "openwebtext": ("gpt2", "Skylion007/openwebtext (nanoGPT's) streamed from the hub"),
     "text": ("gpt2", "local --input files or globs: .txt (a document per file), .jsonl, .json, .parquet"),
+    "shards": ("gpt2", "existing GPT-2 shards, e.g. modded-nanogpt's FineWeb (--input 'dir/*.bin'): indexed in place"),
 }
 HUB = {"fineweb_edu": ("HuggingFaceFW/fineweb-edu", "sample-10BT"), "openwebtext": ("Skylion007/openwebtext", None)}
 BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}  # datasets' builders
@@ -445,6 +446,27 @@ def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
           f"to {out} in {seconds:.1f}s, {(n['train'] + n['val']) / seconds:,.0f} tokens/s")
 
 
+def _index_shards(out, inputs, args):
+    """Write only meta.json for GPT-2 shards that already exist (llm.c's and modded-nanogpt's FineWeb
+    downloads use this format): they load unchanged from where they are; 'val' in a name means val."""
+    files = _local_files(inputs)
+    if not files or all("val" in f.name for f in files) or not any("val" in f.name for f in files):
+        raise SystemExit("error: shards needs --input with train and val shards ('val' in the val files' names)")
+    out.mkdir(parents=True, exist_ok=True)
+    shards = {"train": [], "val": []}
+    for path in files:
+        with open(path, "rb") as f:
+            sha = hashlib.file_digest(f, "sha256").hexdigest()
+        split = "val" if "val" in path.name else "train"
+        shards[split].append({"file": os.path.relpath(path, out), "tokens": len(read_shard(path)), "sha256": sha})
+    tokens = {split: sum(s["tokens"] for s in shards[split]) for split in shards}
+    meta = dict(dataset="shards", tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None,
+                source=f"{len(files)} existing shards: {', '.join(map(str, files))}", args=args,
+                tokens=tokens, shards=shards)
+    _atomic_write(out / "meta.json", json.dumps(meta, indent=1).encode())
+    print(f"indexed {tokens['train']:,} train + {tokens['val']:,} val tokens of {len(files)} shards in {out}/meta.json")
+
+
 def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, val_tokens=None,
             shard_tokens=100_000_000, workers=None, force=False, text_column="text"):
     """Build out (default data/DATASET) from a dataset, unless it is already built with these arguments."""
@@ -470,6 +492,9 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
         changed = ", ".join(f"{k} {previous.get(k)!r} -> {v!r}" for k, v in args.items() if previous.get(k) != v)
         raise SystemExit(f"error: {out} was prepared with other arguments ({changed}); pass --force to rebuild it")
 
+    if dataset == "shards":
+        _index_shards(out, inputs, args)
+        return out
     docs, source, size = _source(dataset, list(inputs), text_column)  # checks inputs and network first
     if tokenizer == "char" and num_tokens:
         docs = _first_chars(docs, num_tokens)

@@ -349,6 +349,12 @@ def setup_distributed(cfg):
     return dist.get_rank(), dist.get_world_size(), device
 
 
+def device_peak_flops(cfg, device):
+    """(GPU name or "", its dense bf16 FLOP/s for MFU): the peak_flops setting, else looked up by name."""
+    gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else ""
+    return gpu, cfg.peak_flops or next((flops for name, flops in PEAK_FLOPS if name in gpu), None)
+
+
 def build_model(cfg, meta, ckpt, device):
     """The model and its AdamW, fresh or from the checkpoint; and the model's GPTConfig arguments."""
     model_args = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(GPTConfig) if f.name != "vocab_size"}
@@ -403,8 +409,7 @@ def main(argv):
     model = torch.compile(raw_model) if (device_type == "cuda" if cfg.compile is None else cfg.compile) else raw_model
     train_model = DDP(model, device_ids=[device] if device_type == "cuda" else None) if world > 1 else model
     tokens_per_step = cfg.batch_size * cfg.block_size * accum * world
-    gpu = torch.cuda.get_device_name(device) if device_type == "cuda" else ""
-    peak = cfg.peak_flops or next((flops for name, flops in PEAK_FLOPS if name in gpu), None)
+    gpu, peak = device_peak_flops(cfg, device)
     say = print if master else lambda *args, **kwargs: None
     log, wandb = open_log(cfg, resumed_at) if master else (None, None)
     say(f"{raw_model.get_num_params() / 1e6:.2f}M parameters on {gpu or device} in {dtype}, {tokens_per_step:,} tokens "

@@ -261,3 +261,32 @@ def test_command_line_help_and_errors():
     assert all(name in help_text for name in prepare_data.DATASETS)
     bad = run("nope")
     assert bad.returncode != 0 and bad.stderr.startswith("error: unknown dataset") and bad.stderr.count("\n") == 1
+
+
+def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path):
+    """Shards written byte for byte as modded-nanogpt's cached FineWeb are indexed in place, then read by
+    train.py's loader exactly as written."""
+    import types
+    import train
+    rng, folder, written = np.random.default_rng(0), tmp_path / "fineweb10B", {}
+    folder.mkdir()
+    for name, n in (("fineweb_val_000000.bin", 3000), ("fineweb_train_000001.bin", 5000),
+                    ("fineweb_train_000002.bin", 4000)):
+        header = np.zeros(256, np.int32)
+        header[:3] = 20240520, 1, n
+        written[name] = rng.integers(0, 50257, n).astype(np.uint16)
+        (folder / name).write_bytes(header.tobytes() + written[name].tobytes())
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    prepare("shards", tmp_path / "data" / "fineweb", inputs=[str(folder / "*.bin")])
+    assert {p.name: p.read_bytes() for p in folder.glob("*.bin")} == before  # unchanged, not copied
+    meta = load_meta(tmp_path / "data" / "fineweb")
+    assert meta["tokenizer"] == "gpt2" and meta["tokens"] == {"train": 9000, "val": 3000}
+    cfg = types.SimpleNamespace(data_dir=str(tmp_path / "data"), dataset="fineweb", block_size=16, batch_size=8)
+    _, data = train.load_dataset(cfg, master=True)
+    x, y = train.get_batch(data["train"], np.random.default_rng(1), cfg, "cpu")
+    stream = np.concatenate([written["fineweb_train_000001.bin"], written["fineweb_train_000002.bin"]])
+    for row_x, row_y in zip(x.numpy(), y.numpy()):
+        starts = [i for i in range(len(stream) - 16) if (stream[i:i + 16] == row_x).all()]
+        assert starts and (stream[starts[0] + 1:starts[0] + 17] == row_y).all()
+    assert error_of(prepare, "shards", tmp_path / "only_train", inputs=[str(folder / "*train*.bin")]).startswith(
+        "error: shards needs --input with train and val shards")
