@@ -1,0 +1,218 @@
+"""
+Sample from a model trained by train.py, with a KV cache.
+
+    python sample.py --out_dir=out --start="ROMEO:" --num_samples=3 --max_new_tokens=300
+    python sample.py --out_dir=out --start=FILE:prompt.txt --temperature=0 --stream
+
+The tokenizer is the one the checkpoint was trained with (its dataset's character table or GPT-2 BPE).
+An empty --start begins at GPT-2's <|endoftext|>; a character vocabulary has no such token, so there
+it begins at a newline, and is an error if '\\n' is not in the vocabulary.
+
+Past block_size: positions are learned, so cached keys and values belong to positions 0..block_size-1.
+With the cache (use_cache=True), when the window is full its newest (block_size+1)//2 tokens are
+prefilled again at positions 0.. and generation goes on from there: the model sees between half a
+window and a full window of context. use_cache=False recomputes the last block_size tokens for every
+new token (nanoGPT's exact cropping), many times slower. Within block_size both give the same tokens.
+"""
+import ast
+import difflib
+import os
+import re
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from model import GPT, GPTConfig
+from prepare_data import get_tokenizer
+
+RULER = "# " + "-" * 98  # the settings are the assignments between the two lines that equal RULER
+# --------------------------------------------------------------------------------------------------
+out_dir = "out"  # the folder train.py wrote ckpt.pt to
+start = ""  # the prompt, or FILE:path to read it from a file; "": the start token (see above)
+num_samples = 3  # samples to draw, one after another
+max_new_tokens = 500  # tokens generated per sample
+temperature = 0.8  # divides the logits: 1.0 samples the model's distribution, lower is safer, 0 is greedy
+top_k = 200  # sample among the k most likely tokens only; 0, or any k >= the vocabulary, keeps them all
+top_p = 1.0  # nucleus: the fewest most likely tokens whose probability reaches top_p, in (0, 1]; 1.0: all
+seed = 1337  # seeds the sampling; within block_size the cache does not change the samples
+device = "auto"  # 'cpu', 'cuda', 'cuda:1', 'mps'; auto: cuda when available
+dtype = "auto"  # 'float32', or 'bfloat16' autocast; auto: bfloat16 on CUDA, float32 elsewhere
+compile = False  # torch.compile the model: worth it for long samples on a GPU
+stream = False  # print each token as it is generated
+use_cache = True  # keep keys and values (see "Past block_size" above); False: recompute them every token
+# --------------------------------------------------------------------------------------------------
+
+
+def settings_block():
+    return Path(__file__).read_text(encoding="utf-8").split(RULER + "\n")[1]
+
+
+DEFAULTS = {name: globals()[name] for name in re.findall(r"^(\w+) = ", settings_block(), re.M)}
+
+
+def parse_settings(argv):
+    """The defaults above, then --key=value arguments (a bare --flag sets a bool), as train.py reads its
+    own: an unknown key gets a did-you-mean, a value must have its default's type (an int for a float is fine)."""
+    if "--help" in argv or "-h" in argv:
+        print(__doc__.strip() + "\n\nsettings, their defaults and what they do (--key=value):\n" + settings_block())
+        raise SystemExit(0)
+    settings = dict(DEFAULTS)
+    for arg in argv:
+        name, has_value, text = arg.removeprefix("--").partition("=")
+        if not arg.startswith("--") or name not in DEFAULTS:
+            guess = difflib.get_close_matches(name, DEFAULTS, n=1)
+            hint = f"did you mean {guess[0]!r}?" if guess else "python sample.py --help lists them all"
+            raise SystemExit(f"error: unknown setting {name!r} in {arg}: {hint}")
+        settings[name] = parse_value(name, text if has_value else None, arg)
+    return settings
+
+
+def parse_value(name, text, arg):
+    """text as setting name's type: a str as typed (--start=42 is the prompt "42"), else a Python literal."""
+    default = DEFAULTS[name]
+    if text is None:
+        if type(default) is bool:  # --stream is --stream=True
+            return True
+        raise SystemExit(f"error: {arg} needs a value: --{name}=VALUE")
+    if type(default) is str:
+        return text
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = text
+    if type(value) is int and type(default) is float:
+        return float(value)
+    if type(value) is not type(default):  # exactly: True is no int here, nor 1 a bool
+        raise SystemExit(f"error: {name} must be {type(default).__name__}, got {value!r} in {arg}")
+    return value
+
+
+def check_settings(s):
+    """One-line errors for values no sampler can use, before anything is loaded."""
+    if s["temperature"] < 0:
+        raise SystemExit(f"error: temperature must be >= 0 (0 is greedy), got {s['temperature']}")
+    if s["top_k"] < 0:
+        raise SystemExit(f"error: top_k must be >= 0 (0 keeps every token), got {s['top_k']}")
+    if not 0 < s["top_p"] <= 1:
+        raise SystemExit(f"error: top_p must be in (0, 1] (1.0 keeps every token), got {s['top_p']}")
+    if s["num_samples"] < 1 or s["max_new_tokens"] < 0:
+        raise SystemExit("error: num_samples must be >= 1 and max_new_tokens >= 0")
+    if s["dtype"] not in ("auto", "float32", "bfloat16"):
+        raise SystemExit(f"error: dtype must be one of auto, float32, bfloat16, got {s['dtype']!r}")
+
+
+def device_and_dtype(s):
+    """The device (auto: cuda when available), checked, and the dtype (auto: bfloat16 on CUDA)."""
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if s["device"] == "auto" else s["device"]
+    try:
+        torch.empty(0, device=device)
+    except Exception as e:
+        raise SystemExit(f"error: device {device!r} is not usable here ({first_line(e)})")
+    return device, ("bfloat16" if device.startswith("cuda") else "float32") if s["dtype"] == "auto" else s["dtype"]
+
+
+def first_line(e):
+    return f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
+
+
+def load_checkpoint(out_dir, device):
+    """The model in eval mode and its dataset's metadata, from out_dir/ckpt.pt as train.py writes it."""
+    path = os.path.join(out_dir, "ckpt.pt")
+    if not os.path.isdir(out_dir):
+        raise SystemExit(f"error: no folder {out_dir}; train a model into it first: python train.py --out_dir={out_dir}")
+    if not os.path.isfile(path):
+        raise SystemExit(f"error: no checkpoint in {out_dir} ({path} is missing); train.py writes it when it evaluates")
+    try:
+        # mmap: only the model's tensors are read; the optimizer state, twice their size, stays on disk
+        ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception as e:
+        raise SystemExit(f"error: {path} is not a readable checkpoint ({first_line(e)}); "
+                         f"it may be truncated or from elsewhere: train again or copy it again")
+    try:
+        model = GPT(GPTConfig(**ckpt["model_args"])).to(device)
+        model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()})  # strict
+        meta = ckpt["meta"]
+        vocab_size = meta["vocab_size"]
+    except Exception as e:
+        raise SystemExit(f"error: {path} does not fit this model.py ({first_line(e)}); train it again")
+    if vocab_size < model.config.vocab_size:  # e.g. GPT-2's 50257 padded to 50304: the padding ids
+        model.lm_head.weight = nn.Parameter(model.lm_head.weight[:vocab_size])  # have no text, never sample them
+    return model.eval(), meta
+
+
+def read_prompt(start):
+    """--start's text: FILE:path reads the file."""
+    if not start.startswith("FILE:"):
+        return start
+    try:
+        with open(start[5:], encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SystemExit(f"error: cannot read the prompt file --start={start} ({first_line(e)})")
+
+
+def prompt_ids(text, encode, meta):
+    """The prompt as token ids; an empty prompt is the start token: GPT-2's <|endoftext|>, else a newline."""
+    if text:
+        return encode(text)  # a character-level encode names the characters it does not know
+    if meta["eot_token"] is not None:
+        return [meta["eot_token"]]
+    if "\n" in meta["chars"]:
+        return encode("\n")
+    raise SystemExit("error: an empty --start needs a start token, and this character vocabulary has neither "
+                     "<|endoftext|> nor a newline; give a prompt: --start=TEXT")
+
+
+class StreamPrinter:
+    """generate's on_token for --stream: prints the text each new token adds. It decodes the whole
+    sequence every time and holds back a trailing U+FFFD, so a character split across BPE tokens is
+    printed once complete, never as broken halves."""
+
+    def __init__(self, decode, ids):
+        self.decode, self.ids, self.printed = decode, list(ids), 0
+        self.show(decode(self.ids).rstrip("\ufffd"))
+
+    def __call__(self, idx_next):
+        self.ids.append(idx_next.item())
+        self.show(self.decode(self.ids).rstrip("\ufffd"))
+
+    def show(self, text):
+        print(text[self.printed:], end="", flush=True)
+        self.printed = len(text)
+
+
+def main(argv=None):
+    """Print num_samples samples (and return them) for the settings in argv (default: sys.argv)."""
+    s = parse_settings(sys.argv[1:] if argv is None else argv)
+    check_settings(s)
+    device, dtype = device_and_dtype(s)
+    model, meta = load_checkpoint(s["out_dir"], device)
+    if s["compile"]:
+        model.compile()  # in place: generate's self(...) calls go through the compiled forward
+    encode, decode = get_tokenizer(meta)
+    ids = prompt_ids(read_prompt(s["start"]), encode, meta)
+    x = torch.tensor([ids], dtype=torch.long, device=device)
+    generator = torch.Generator(device).manual_seed(s["seed"])
+    ctx = torch.autocast(torch.device(device).type, torch.bfloat16) if dtype == "bfloat16" else nullcontext()
+    samples = []
+    for _ in range(s["num_samples"]):
+        printer = StreamPrinter(decode, ids) if s["stream"] else None
+        with ctx:
+            y = model.generate(x, s["max_new_tokens"], s["temperature"], top_k=s["top_k"] or None,
+                               top_p=s["top_p"] if s["top_p"] < 1 else None, generator=generator,
+                               use_cache=s["use_cache"], on_token=printer)
+        samples.append(decode(y[0].tolist()))
+        if printer:
+            printer.show(samples[-1])  # the rest, held-back characters included
+            print()
+        else:
+            print(samples[-1])
+        print("---------------")
+    return samples
+
+
+if __name__ == "__main__":
+    main()

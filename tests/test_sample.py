@@ -1,0 +1,305 @@
+"""sample.py and GPT.generate: the KV cache gives the no-cache tokens, the window slides past block_size as
+generate's docstring promises, top-k/top-p keep what they should, and every bad input is one line."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import prepare_data
+import sample
+import train
+from conftest import ROOT, needs_gpt2
+from model import GPT, GPTConfig, NORM_MODES, sample_next
+
+V, BLOCK = 37, 16
+CHARS = "\n !',.:;?abcdefghijklmnopqrstuvwxyz"  # a character vocabulary with a newline
+
+
+def random_model(mode, dtype=torch.float64, **overrides):
+    """A small random model in eval mode whose greedy tokens depend on the context. At GPT-2's init
+    one token wins everywhere, which would hide a broken cache: so larger weights, and embedding rows
+    (the tied head) of equal norm. float64 keeps near-ties from flipping an argmax between paths."""
+    torch.manual_seed(0)
+    kw = dict(norm_mode=mode, n_layer=2, n_head=4, n_embd=32, block_size=BLOCK, vocab_size=V) | overrides
+    model = GPT(GPTConfig(**kw)).to(dtype).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.5)
+        wte = model.transformer.wte.weight
+        wte.div_(wte.norm(dim=1, keepdim=True))
+    return model
+
+
+def prompt(B=3, T=5):
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(1))
+
+
+def generate(model, idx, n, use_cache, seed=0, **kw):
+    return model.generate(idx, n, generator=torch.Generator().manual_seed(seed), use_cache=use_cache, **kw)
+
+
+# ---------------------------------------------------------------- the cache gives the no-cache tokens
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_cache_equals_no_cache_greedy_within_block_size(mode, dropout):
+    """Every context up to a full window: prompt 5, then tokens until the last one sees block_size tokens."""
+    model, idx = random_model(mode, dropout=dropout), prompt()
+    cached = generate(model, idx, BLOCK + 1 - idx.size(1), use_cache=True, temperature=0)
+    assert torch.equal(cached, generate(model, idx, BLOCK + 1 - idx.size(1), use_cache=False, temperature=0))
+    assert len(cached[:, idx.size(1):].unique()) > 3  # not one repeated token: the test can see a cache bug
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_cache_equals_no_cache_seeded_within_block_size(mode, dropout):
+    model, idx = random_model(mode, dropout=dropout), prompt()
+    kw = dict(temperature=1.3, top_k=20, top_p=0.95, seed=7)
+    cached = generate(model, idx, BLOCK + 1 - idx.size(1), use_cache=True, **kw)
+    assert torch.equal(cached, generate(model, idx, BLOCK + 1 - idx.size(1), use_cache=False, **kw))
+
+
+@pytest.mark.parametrize("T", [1, BLOCK])
+def test_cache_equals_no_cache_for_one_token_and_full_window_prompts(T):
+    model, idx = random_model("geonorm"), prompt(T=T)
+    n = max(1, BLOCK + 1 - T)
+    assert torch.equal(generate(model, idx, n, True, temperature=0), generate(model, idx, n, False, temperature=0))
+
+
+def test_batch_rows_are_generated_independently():
+    model, idx = random_model("simplenorm"), prompt(B=3)
+    batched = generate(model, idx, 3 * BLOCK, use_cache=True, temperature=0)
+    for row in range(3):
+        assert torch.equal(batched[row:row + 1], generate(model, idx[row:row + 1], 3 * BLOCK, True, temperature=0))
+
+
+# ---------------------------------------------------------------- past block_size
+
+@pytest.mark.parametrize("mode, T, block_size", [(m, 5, BLOCK) for m in NORM_MODES]
+                         + [("pre", 2 * BLOCK + 3, BLOCK), ("geonorm", 3, 7)])
+def test_cache_past_block_size_reprefills_the_newest_half_window(mode, T, block_size):
+    """Each cached token is the argmax of a full forward over the docstring's window: the prompt's last
+    block_size tokens, and whenever a token would not fit, the newest (block_size + 1) // 2 tokens."""
+    model, idx = random_model(mode, block_size=block_size), prompt(T=T)
+    out = generate(model, idx, 4 * block_size, use_cache=True, temperature=0)
+    start, refills = max(0, T - block_size), 0  # start: index in out of the token at position 0
+    for n in range(T, out.size(1)):  # out[:, n] was predicted from out[:, start:n]
+        if n - start > block_size:
+            start, refills = n - (block_size + 1) // 2, refills + 1
+        assert (block_size + 1) // 2 <= n - start <= block_size or refills == 0
+        logits, _ = model(out[:, start:n])
+        assert torch.equal(out[:, n], logits[:, -1].argmax(dim=-1)), f"token {n}, window {start}..{n - 1}"
+    assert refills >= 5
+
+
+@pytest.mark.parametrize("mode", ["pre", "geonorm"])
+def test_no_cache_past_block_size_crops_to_the_last_block_size_tokens(mode):
+    """nanoGPT's semantics: every token sees exactly the block_size tokens before it."""
+    model, idx = random_model(mode), prompt()
+    out = generate(model, idx, 2 * BLOCK, use_cache=False, temperature=0)
+    for n in range(idx.size(1), out.size(1)):
+        logits, _ = model(out[:, max(0, n - BLOCK):n])
+        assert torch.equal(out[:, n], logits[:, -1].argmax(dim=-1))
+
+
+# ---------------------------------------------------------------- sample_next
+
+PROBS = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+
+
+def draws(logits, n=4000, **kw):
+    """n samples from sample_next for one row of logits, as a tensor of token ids."""
+    g = torch.Generator().manual_seed(0)
+    return sample_next(logits.expand(n, -1), generator=g, **kw).squeeze(1)
+
+
+def test_temperature_zero_is_argmax():
+    logits = torch.randn(8, V)
+    assert torch.equal(sample_next(logits, temperature=0).squeeze(1), logits.argmax(dim=-1))
+
+
+def test_top_k_samples_exactly_the_k_most_likely_tokens():
+    logits = torch.randn(1, V, generator=torch.Generator().manual_seed(3))
+    for k in (1, 5):
+        assert set(draws(logits, top_k=k).tolist()) == set(logits[0].topk(k).indices.tolist())
+
+
+def test_top_k_at_least_the_vocabulary_keeps_every_token():
+    logits = torch.randn(1, V)
+    assert torch.equal(draws(logits, top_k=V), draws(logits)) and torch.equal(draws(logits, top_k=10 * V), draws(logits))
+
+
+@pytest.mark.parametrize("top_p, nucleus", [(0.1, {0}), (0.75, {0, 1}), (0.85, {0, 1, 2}), (1.0, {0, 1, 2, 3})])
+def test_top_p_samples_the_fewest_tokens_whose_mass_reaches_p(top_p, nucleus):
+    assert set(draws(PROBS.log(), top_p=top_p).tolist()) == nucleus
+
+
+def test_filtered_probabilities_are_renormalized():
+    tokens = draws(PROBS.log(), n=20000, top_p=0.75)  # {0, 1}: 0.5 / 0.8 and 0.3 / 0.8
+    assert abs((tokens == 0).float().mean().item() - 0.625) < 0.015
+    tokens = draws(PROBS.log(), n=20000, top_k=3, top_p=0.9)  # top_k first: 0.55, 0.33, 0.17 of which 0.9 takes all
+    assert set(tokens.tolist()) == {0, 1, 2}
+
+
+# ---------------------------------------------------------------- sample.py
+
+def write_checkpoint(folder, mode="pre", meta=None, prefix="", **overrides):
+    """ckpt.pt with the keys train.py writes, for a random model and a character vocabulary by default."""
+    meta = meta or dict(dataset="toy", tokenizer="char", vocab_size=len(CHARS), eot_token=None, chars=CHARS)
+    args = dict(norm_mode=mode, n_layer=2, n_head=4, n_embd=32, block_size=BLOCK, vocab_size=meta["vocab_size"]) | overrides
+    torch.manual_seed(0)
+    state = {prefix + k: v for k, v in GPT(GPTConfig(**args)).state_dict().items()}
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(dict(model=state, model_args=args, iter_num=0, best_val_loss=9.9, config={}, meta=meta),
+               folder / "ckpt.pt")
+    return folder
+
+
+def run(folder, *argv):
+    """sample.main in-process, cpu, one short sample by default."""
+    return sample.main([f"--out_dir={folder}", "--device=cpu", "--num_samples=1", "--max_new_tokens=20", *argv])
+
+
+def run_script(*argv):
+    return subprocess.run([sys.executable, "sample.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def assert_one_line_error(result, *phrases):
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert all(p in result.stderr for p in phrases), result.stderr
+
+
+def test_sample_continues_the_prompt_from_the_vocabulary(tmp_path):
+    (text,) = run(write_checkpoint(tmp_path, "sandwich"), "--start=to be")
+    assert text.startswith("to be") and len(text) == 5 + 20 and set(text) <= set(CHARS)
+
+
+def test_same_seed_same_samples_with_and_without_cache(tmp_path):
+    folder = write_checkpoint(tmp_path, "geonorm", prefix="_orig_mod.")  # a compiled model's names load too
+    args = ("--start=the king", "--num_samples=2", "--max_new_tokens=8", "--temperature=1.0")
+    assert run(folder, *args) == run(folder, *args, "--use_cache=False") == run(folder, *args)
+    assert run(folder, *args) != run(folder, *args, "--seed=2")
+
+
+def test_start_from_a_file(tmp_path):
+    (tmp_path / "prompt.txt").write_text("o, romeo\n")
+    (text,) = run(write_checkpoint(tmp_path), f"--start=FILE:{tmp_path / 'prompt.txt'}")
+    assert text.startswith("o, romeo\n")
+
+
+def test_empty_prompt_starts_from_a_newline_in_a_char_vocabulary(tmp_path):
+    (text,) = run(write_checkpoint(tmp_path), "--start=")
+    assert text.startswith("\n") and len(text) == 21
+
+
+@needs_gpt2
+def test_empty_prompt_starts_from_endoftext_and_padding_ids_are_never_sampled(tmp_path):
+    meta = dict(dataset="toy", tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None)
+    folder = write_checkpoint(tmp_path, meta=meta, vocab_size=50304, n_embd=16, n_head=2)
+    ckpt = torch.load(folder / "ckpt.pt")
+    ckpt["model"]["lm_head.weight"][50257:] = 100 * torch.randn(47, 16)  # padding rows that win every argmax
+    torch.save(ckpt, folder / "ckpt.pt")
+    (text,) = run(folder, "--temperature=0")
+    assert text.startswith("<|endoftext|>")
+
+
+def test_top_k_larger_than_the_vocabulary_keeps_every_token(tmp_path):
+    folder = write_checkpoint(tmp_path)
+    assert run(folder, "--top_k=1000", "--start=a") == run(folder, "--top_k=0", "--start=a")
+
+
+@needs_gpt2
+def test_stream_never_prints_half_a_character(capsys):
+    from prepare_data import get_tokenizer
+    encode, decode = get_tokenizer(dict(tokenizer="gpt2"))
+    ids = encode("naïve café: 日本語 €5 🙂!")
+    assert any("\ufffd" in decode([i]) for i in ids)  # some characters span several tokens
+    printer = sample.StreamPrinter(decode, ids[:1])
+    for i in ids[1:]:
+        printer(torch.tensor([[i]]))
+    chunks = capsys.readouterr().out
+    assert "\ufffd" not in chunks and chunks == decode(ids)
+
+
+def test_stream_output_equals_the_sample(tmp_path, capsys):
+    folder = write_checkpoint(tmp_path, "simplenorm")
+    (text,) = run(folder, "--start=hi", "--stream")
+    assert capsys.readouterr().out == text + "\n---------------\n"
+
+
+# ---------------------------------------------------------------- bad input: one line, no traceback
+
+def test_help_lists_every_setting_and_the_past_block_size_choice():
+    result = run_script("--help")
+    assert result.returncode == 0
+    assert all(f"\n{key} = " in result.stdout for key in sample.DEFAULTS) and len(sample.DEFAULTS) == 13
+    assert "(block_size+1)//2" in result.stdout and "newline" in result.stdout
+
+
+def test_missing_folder_is_a_one_line_error(tmp_path):
+    assert_one_line_error(run_script(f"--out_dir={tmp_path / 'nope'}"), "no folder", "train.py")
+
+
+def test_corrupt_checkpoint_is_a_one_line_error(tmp_path):
+    (tmp_path / "ckpt.pt").write_bytes(b"\x80\x02not a checkpoint" * 10)
+    assert_one_line_error(run_script(f"--out_dir={tmp_path}"), "is not a readable checkpoint")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tmperature=1"], "unknown setting 'tmperature' in --tmperature=1: did you mean 'temperature'?"),
+    (["out"], "unknown setting 'out' in out: did you mean 'out_dir'?"),
+    (["--num_samples=two"], "num_samples must be int, got 'two' in --num_samples=two"),
+    (["--top_p"], "--top_p needs a value"),
+    (["--temperature=-0.5"], "temperature must be >= 0"),
+    (["--top_k=-1"], "top_k must be >= 0"),
+    (["--top_p=0"], "top_p must be in (0, 1]"),
+    (["--top_p=1.5"], "top_p must be in (0, 1]"),
+    (["--dtype=fp8"], "dtype must be one of auto, float32, bfloat16"),
+    (["--device=nonsense"], "device 'nonsense' is not usable here"),
+    (["--start=FILE:/no/such/file"], "cannot read the prompt file"),
+    (["--start=Hello ROMEO"], "characters not in this model's vocabulary: 'E', 'H', 'M', 'O', 'R'"),
+])
+def test_bad_settings_are_one_line_errors(tmp_path, argv, message):
+    with pytest.raises(SystemExit) as e:
+        run(write_checkpoint(tmp_path), *argv)
+    assert str(e.value).startswith("error: ") and message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_missing_checkpoint_truncated_checkpoint_and_wrong_model_are_one_line_errors(tmp_path):
+    with pytest.raises(SystemExit, match=r"^error: no checkpoint in .*ckpt.pt is missing"):
+        run(tmp_path)
+    data = (write_checkpoint(tmp_path) / "ckpt.pt").read_bytes()
+    (tmp_path / "ckpt.pt").write_bytes(data[:len(data) // 2])
+    with pytest.raises(SystemExit, match=r"^error: .*ckpt.pt is not a readable checkpoint \(.+\); [^\n]*$"):
+        run(tmp_path)
+    ckpt = torch.load(write_checkpoint(tmp_path) / "ckpt.pt")
+    ckpt["model_args"]["n_layer"] = 3
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    with pytest.raises(SystemExit, match=r"^error: .*ckpt.pt does not fit this model.py \(RuntimeError: [^\n]*$"):
+        run(tmp_path)
+
+
+def test_empty_prompt_without_a_start_token_or_newline_is_an_error(tmp_path):
+    chars = "abc"
+    folder = write_checkpoint(tmp_path, meta=dict(dataset="toy", tokenizer="char", vocab_size=3, eot_token=None,
+                                                  chars=chars))
+    with pytest.raises(SystemExit, match="^error: an empty --start needs a start token"):
+        run(folder)
+
+
+# ---------------------------------------------------------------- end to end
+
+def test_sample_from_a_checkpoint_written_by_train(tmp_path, shakespeare_text):
+    (tmp_path / "input.txt").write_text(shakespeare_text[:20_000])
+    prepare_data.prepare("shakespeare_char", tmp_path / "data" / "tiny", inputs=[str(tmp_path / "input.txt")], workers=1)
+    train.main([f"--data_dir={tmp_path / 'data'}", "--dataset=tiny", f"--out_dir={tmp_path / 'out'}", "--device=cpu",
+                "--norm_mode=geonorm", "--n_layer=2", "--n_head=4", "--n_embd=32", "--block_size=16", "--batch_size=4",
+                "--max_iters=4", "--eval_interval=2", "--eval_iters=1", "--compile=False"])
+    chars, start = set(prepare_data.load_meta(tmp_path / "data" / "tiny")["chars"]), shakespeare_text[:8]
+    folder, greedy = tmp_path / "out", (f"--start={start}", "--temperature=0", "--max_new_tokens=9")
+    (text,) = run(folder, f"--start={start}", "--max_new_tokens=50", "--top_k=5", "--top_p=0.9")  # past block_size
+    assert text.startswith(start) and len(text) == 8 + 50 and set(text) <= chars
+    assert run(folder, *greedy) == run(folder, *greedy, "--use_cache=False")
