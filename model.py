@@ -318,18 +318,19 @@ class GPT(nn.Module):
         return x
 
     def forward(self, idx, targets=None, pos=0):
-        """idx (B, T) token ids at positions pos..pos+T-1 -> logits (B, T, V), mean loss or None."""
+        """idx (B, T) token ids at positions pos..pos+T-1 -> (logits, mean loss). Without targets only
+        the last position's logits (B, 1, V) are computed, as in nanoGPT: generation needs no more."""
         B, T = idx.size()
         if pos + T > self.config.block_size:
             raise ValueError(f"cannot forward positions up to {pos + T}: block_size is only {self.config.block_size}")
         x = self.embed(idx, pos)
         for block in self.transformer.h:
             x = block(x, pos)
-        logits = self.lm_head(self.transformer.ln_f(x))
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
-        return logits, loss
+        x = self.transformer.ln_f(x)
+        if targets is None:
+            return self.lm_head(x[:, [-1], :]), None  # (B, 1, V)
+        logits = self.lm_head(x)  # (B, T, V)
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         """AdamW; weight decay on matrices and embeddings (≥ 2-D), none on biases and norm gains."""

@@ -104,9 +104,9 @@ def test_post_P2_deep_P4_deep_with_alpha_one_equals_post():
     deep.load_state_dict(post.state_dict())
     for block in deep.transformer.h:
         block.alpha = 1.0
-    idx, _ = batch(post.config)
+    idx, targets = batch(post.config)
     with torch.no_grad():
-        assert torch.equal(post(idx)[0], deep(idx)[0])
+        assert torch.equal(post(idx, targets)[0], deep(idx, targets)[0])
 
 
 @pytest.mark.parametrize("mode", ["post", "deep"])
@@ -256,7 +256,7 @@ def test_geonorm_G4_degenerate_inputs():
     model = build("geonorm", geo_alpha=0.0)  # a = 0: every block is the identity
     idx, _ = batch(model.config)
     with torch.no_grad():
-        expected = model.lm_head(model.transformer.ln_f(model.embed(idx)))
+        expected = model.lm_head(model.transformer.ln_f(model.embed(idx)))[:, [-1]]
         assert torch.allclose(model(idx)[0], expected, atol=1e-6)
 
 
@@ -421,7 +421,7 @@ def test_B1_pre_norm_equals_fixed_angle_recursion_in_float64():
                 j += 1
                 theta = fixed_angle(j)
                 x_bar = math.cos(theta) * x_bar + math.sin(theta) * phi(norm(x_bar))
-        alt_logits = model.lm_head(model.transformer.ln_f(x_bar))
+        alt_logits = model.lm_head(model.transformer.ln_f(x_bar[:, [-1]]))
     assert (logits - alt_logits).abs().max() < 1e-9
     assert torch.allclose(x_bar, x_L / math.sqrt(j + 1), atol=1e-12)
 
@@ -476,10 +476,10 @@ def test_bf16_autocast_forward_is_finite_and_close(mode):
 @pytest.mark.parametrize("mode", NORM_MODES)
 def test_compile_aot_eager_fullgraph_matches_eager(mode):
     model = build(mode)
-    idx, _ = batch(model.config)
+    idx, targets = batch(model.config)
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)  # fullgraph: a graph break fails
     with torch.no_grad():
-        assert torch.allclose(compiled(idx)[0], model(idx)[0], atol=1e-5)
+        assert torch.allclose(compiled(idx, targets)[0], model(idx, targets)[0], atol=1e-5)
 
 
 def test_compile_inductor_geonorm_matches_eager():
@@ -490,7 +490,7 @@ def test_compile_inductor_geonorm_matches_eager():
     logits, loss = compiled(idx, targets)
     loss.backward()
     with torch.no_grad():
-        assert torch.allclose(logits, model(idx)[0], atol=1e-4)
+        assert torch.allclose(logits, model(idx, targets)[0], atol=1e-4)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
 
 
@@ -561,6 +561,17 @@ def test_config_changed_after_creation_is_checked_by_gpt():
     config.norm_mode = "postnorm"
     with pytest.raises(ValueError, match="unknown norm_mode 'postnorm'"):
         GPT(config)
+
+
+def test_without_targets_only_the_last_position_is_computed():
+    model = build("geonorm")
+    idx, targets = batch(model.config)
+    with torch.no_grad():
+        last, no_loss = model(idx)
+        full, loss = model(idx, targets)
+    assert no_loss is None and last.shape == (2, 1, 65) and full.shape == (2, 32, 65)
+    assert torch.allclose(last, full[:, [-1]], atol=1e-6)
+    assert loss == pytest.approx(F.cross_entropy(full.view(-1, 65), targets.view(-1)).item())
 
 
 def test_forward_past_block_size_is_a_clear_error():
