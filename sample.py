@@ -14,21 +14,18 @@ prefilled again at positions 0.. and generation goes on from there: the model se
 window and a full window of context. use_cache=False recomputes the last block_size tokens for every
 new token (nanoGPT's exact cropping), many times slower. Within block_size both give the same tokens.
 """
-import ast
-import difflib
 import os
-import re
 import sys
 from contextlib import nullcontext
-from pathlib import Path
 
 import torch
 import torch.nn as nn
 
+import train
 from model import GPT, GPTConfig
 from prepare_data import get_tokenizer
 
-RULER = "# " + "-" * 98  # the settings are the assignments between the two lines that equal RULER
+# settings: the assignments between the two rulers, read by train.parse_settings
 # --------------------------------------------------------------------------------------------------
 out_dir = "out"  # the folder train.py wrote ckpt.pt to
 start = ""  # the prompt, or FILE:path to read it from a file; "": the start token (see above)
@@ -46,48 +43,7 @@ use_cache = True  # keep keys and values (see "Past block_size" above); False: r
 # --------------------------------------------------------------------------------------------------
 
 
-def settings_block():
-    return Path(__file__).read_text(encoding="utf-8").split(RULER + "\n")[1]
-
-
-DEFAULTS = {name: globals()[name] for name in re.findall(r"^(\w+) = ", settings_block(), re.M)}
-
-
-def parse_settings(argv):
-    """The defaults above, then --key=value arguments (a bare --flag sets a bool), as train.py reads its
-    own: an unknown key gets a did-you-mean, a value must have its default's type (an int for a float is fine)."""
-    if "--help" in argv or "-h" in argv:
-        print(__doc__.strip() + "\n\nsettings, their defaults and what they do (--key=value):\n" + settings_block())
-        raise SystemExit(0)
-    settings = dict(DEFAULTS)
-    for arg in argv:
-        name, has_value, text = arg.removeprefix("--").partition("=")
-        if not arg.startswith("--") or name not in DEFAULTS:
-            guess = difflib.get_close_matches(name, DEFAULTS, n=1)
-            hint = f"did you mean {guess[0]!r}?" if guess else "python sample.py --help lists them all"
-            raise SystemExit(f"error: unknown setting {name!r} in {arg}: {hint}")
-        settings[name] = parse_value(name, text if has_value else None, arg)
-    return settings
-
-
-def parse_value(name, text, arg):
-    """text as setting name's type: a str as typed (--start=42 is the prompt "42"), else a Python literal."""
-    default = DEFAULTS[name]
-    if text is None:
-        if type(default) is bool:  # --stream is --stream=True
-            return True
-        raise SystemExit(f"error: {arg} needs a value: --{name}=VALUE")
-    if type(default) is str:
-        return text
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        value = text
-    if type(value) is int and type(default) is float:
-        return float(value)
-    if type(value) is not type(default):  # exactly: True is no int here, nor 1 a bool
-        raise SystemExit(f"error: {name} must be {type(default).__name__}, got {value!r} in {arg}")
-    return value
+CHOICES = dict(dtype=("auto", "float32", "bfloat16"))
 
 
 def check_settings(s):
@@ -100,8 +56,6 @@ def check_settings(s):
         raise SystemExit(f"error: top_p must be in (0, 1] (1.0 keeps every token), got {s['top_p']}")
     if s["num_samples"] < 1 or s["max_new_tokens"] < 0:
         raise SystemExit("error: num_samples must be >= 1 and max_new_tokens >= 0")
-    if s["dtype"] not in ("auto", "float32", "bfloat16"):
-        raise SystemExit(f"error: dtype must be one of auto, float32, bfloat16, got {s['dtype']!r}")
 
 
 def device_and_dtype(s):
@@ -186,7 +140,7 @@ class StreamPrinter:
 
 def main(argv=None):
     """Print num_samples samples (and return them) for the settings in argv (default: sys.argv)."""
-    s = parse_settings(sys.argv[1:] if argv is None else argv)
+    s, _ = train.parse_settings(sys.argv[1:] if argv is None else argv, sys.modules[__name__], CHOICES)
     check_settings(s)
     device, dtype = device_and_dtype(s)
     model, meta = load_checkpoint(s["out_dir"], device)

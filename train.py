@@ -103,21 +103,24 @@ PEAK_FLOPS = (("B200", 2250e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H200
 
 # ---------------------------------------------------------------------------------------- settings
 
-def settings_block():
-    return Path(__file__).read_text().split(RULER + "\n")[1]
+def settings_block(script=None):
+    """The text between a script's two RULER lines (train.py's by default): its settings."""
+    return Path((script or sys.modules[__name__]).__file__).read_text().split(RULER + "\n")[1]
 
 
-def read_settings():
+def read_settings(script=None):
     """{name: (default, the types it accepts)}; types from an annotation (float | None) or the default."""
-    hints, names = inspect.get_annotations(sys.modules[__name__]), re.findall(r"^(\w+)\b.*? = ", settings_block(), re.M)
-    return {n: (globals()[n], typing.get_args(hints[n]) if n in hints else (type(globals()[n]),)) for n in names}
+    script = script or sys.modules[__name__]
+    hints, names = inspect.get_annotations(script), re.findall(r"^(\w+)\b.*? = ", settings_block(script), re.M)
+    return {n: (getattr(script, n), typing.get_args(hints[n]) if n in hints else (type(getattr(script, n)),))
+            for n in names}
 
 
-def checked(name, value, settings, where):
+def checked(name, value, settings, where, choices=CHOICES):
     """value as setting name's type (an int where a float goes is fine), else a one-line error."""
     if name not in settings:
         guess = difflib.get_close_matches(name, settings, n=1)
-        hint = f"did you mean {guess[0]!r}?" if guess else "python train.py --help lists them all"
+        hint = f"did you mean {guess[0]!r}?" if guess else f"python {Path(sys.argv[0]).name} --help lists them all"
         sys.exit(f"error: unknown setting {name!r} in {where}: {hint}")
     accepts = settings[name][1]
     if type(value) is int and float in accepts:
@@ -125,15 +128,18 @@ def checked(name, value, settings, where):
     if type(value) not in accepts:  # exactly: True is no int here, nor 1 a bool
         kinds = " or ".join("None" if t is type(None) else t.__name__ for t in accepts)
         sys.exit(f"error: {name} must be {kinds}, got {value!r} in {where}")
-    if value not in CHOICES.get(name, (value,)):
-        sys.exit(f"error: {name} must be one of {', '.join(CHOICES[name])}, got {value!r} in {where}")
+    if value not in choices.get(name, (value,)):
+        sys.exit(f"error: {name} must be one of {', '.join(choices[name])}, got {value!r} in {where}")
     return value
 
 
 def parse_arg(arg, settings):
-    """--key=value as {key: value}: the text for a str setting, else a Python literal (or the text)."""
+    """--key=value as {key: value}: the text for a str setting, else a Python literal (or the text).
+    A bare --flag sets a bool setting to True."""
     name, has_value, text = arg[2:].partition("=")
     if not has_value:
+        if settings.get(name, (None, ()))[1] == (bool,):
+            return {name: True}
         sys.exit(f"error: {arg} needs a value: --{name}=VALUE")
     try:
         return {name: text if settings.get(name, (None, ()))[1] == (str,) else ast.literal_eval(text)}
@@ -143,6 +149,8 @@ def parse_arg(arg, settings):
 
 def read_config_file(path):
     """The settings a config file assigns (it is Python: it may import a shared base)."""
+    if not Path(path).is_file():
+        sys.exit(f"error: no config file {path}; settings are given as --key=value")
     namespace = {}
     try:
         exec(Path(path).read_text(), namespace)
@@ -151,19 +159,26 @@ def read_config_file(path):
     return {k: v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, types.ModuleType)}
 
 
-def configure(argv):
-    """The settings as a namespace, and the checkpoint to resume from (None from scratch)."""
+def parse_settings(argv, script=None, choices=CHOICES):
+    """(all settings, those given): a script's defaults, then config files and --key=value in order.
+    train.py's by default; sample.py reads its own the same way. --help prints them."""
+    script = script or sys.modules[__name__]
     if "--help" in argv or "-h" in argv:
-        print(__doc__.strip() + "\n\nsettings, their defaults and what they do:\n" + settings_block())
+        print(script.__doc__.strip() + "\n\nsettings, their defaults and what they do:\n" + settings_block(script))
         sys.exit(0)
-    settings, overrides = read_settings(), {}
+    settings, given = read_settings(script), {}
     for arg in argv:
         pairs = parse_arg(arg, settings) if arg.startswith("--") else read_config_file(arg)
-        overrides.update({name: checked(name, value, settings, arg) for name, value in pairs.items()})
-    cfg = {name: default for name, (default, _) in settings.items()} | overrides
+        given.update({name: checked(name, value, settings, arg, choices) for name, value in pairs.items()})
+    return {name: default for name, (default, _) in settings.items()} | given, given
+
+
+def configure(argv):
+    """The settings as a namespace, and the checkpoint to resume from (None from scratch)."""
+    cfg, given = parse_settings(argv)
     ckpt = load_checkpoint(Path(cfg["out_dir"]) / "ckpt.pt") if cfg["init_from"] == "resume" else None
     if ckpt:  # the checkpoint's settings, except those given now
-        cfg |= {k: v for k, v in ckpt["config"].items() if k in settings and k not in overrides}
+        cfg |= {k: v for k, v in ckpt["config"].items() if k in cfg and k not in given}
     return types.SimpleNamespace(**cfg), ckpt
 
 
