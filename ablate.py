@@ -1,0 +1,348 @@
+"""
+Ablate the norm modes: train.py once per (mode, learning rate, seed, sweep point), then tables and plots.
+
+    python ablate.py configs/ablate_shakespeare_char.py                # six modes, one seed, ~15 min on 2 cores
+    python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3  # the same runs are skipped, two more seeds
+    python ablate.py configs/ablate_geonorm.py                         # pre vs geonorm's step size, decay and clamp
+    python ablate.py CONFIG.py --modes=pre,geonorm --lrs=1e-3,3e-3 --sweep=geo_alpha=1,3,10 --max_iters=500
+
+A config file is a train.py config plus optional `ablate_<name> = ...` lines for ablate.py's own settings,
+which the command line sets as --<name>=...:
+
+    modes  all | pre,geonorm,...   the norm modes (default all)
+    seeds  1,2,3                   a run per seed, folded into mean ± std (default: the config's seed)
+    lrs    3e-4,1e-3               a run per learning rate (default: learning_rate, and 3x it for simplenorm,
+                                   whose paper trains at 3x the baseline's rate: NORM_MODES §7.2)
+    sweep  key=v1,v2               a grid over train.py settings; each --sweep sets one key (config: a dict
+                                   {key: [values]}). geo_*, sandwich_* and simplenorm_* keys vary only their
+                                   own mode (pre runs once beside a geo_alpha sweep); other keys vary every mode
+    nproc  N                       processes per run: N > 1 launches train.py through torchrun (default 1)
+    jobs   J                       runs at once, the CPU's threads split among them (default 1)
+
+Every other setting, from a config file or --key=value, is passed to each run of train.py as --key=value;
+the ablate_* lines are not, so train.py still rejects unknown settings. Per run ablate.py sets norm_mode,
+learning_rate, seed, out_dir, min_lr (at the config's ratio to learning_rate) and log_layer_stats=True
+(unless told otherwise), and trains in out_dir/ablate/<mode>_lr<lr>_s<seed>[_<key><value>...]. A run whose
+log.jsonl ends finished or diverged is skipped and one with a checkpoint resumes: run the same command again
+to finish a stopped ablation; delete a run's folder to train it again. A diverged run (non-finite loss) is a
+result, tabled and plotted as diverged. out_dir/ablate gets results.md, results.json and the plots.
+"""
+import ast
+import itertools
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+import matplotlib
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt
+
+import train
+from model import NORM_MODES
+
+OWN = {"ablate_modes": ("all", (str, list)), "ablate_seeds": (None, (list, type(None))),
+       "ablate_lrs": (None, (list, type(None))), "ablate_sweep": ({}, (dict,)), "ablate_nproc": (1, (int,)),
+       "ablate_jobs": (1, (int,))}
+PER_RUN = ("norm_mode", "learning_rate", "min_lr", "seed", "out_dir", "init_from")  # set by ablate.py, not swept
+MODE_OF_PREFIX = {"geo_": "geonorm", "sandwich_": "sandwich", "simplenorm_": "simplenorm"}
+TRAIN = str(Path(__file__).with_name("train.py"))
+
+
+# ------------------------------------------------------------------------------------ settings
+
+def own_arg(name, text, settings):
+    """--modes=pre,geonorm and friends as ablate.py's value: lists, a {key: values} sweep, or an int."""
+    if name == "ablate_sweep":
+        key, _, values = text.partition("=")
+        return {key: [train.parse_arg(f"--{key}={v}", settings)[key] for v in values.split(",")]}
+    if name == "ablate_modes":
+        return text if text == "all" else text.split(",")
+    try:
+        values = [ast.literal_eval(v) for v in text.split(",")]
+    except (ValueError, SyntaxError):
+        sys.exit(f"error: --{name[7:]}={text}: give numbers, separated by commas")
+    return values if name in ("ablate_seeds", "ablate_lrs") else values[0]
+
+
+def configure(argv):
+    """ablate.py's settings, and the train.py settings given by config files and --key=value."""
+    if "--help" in argv or "-h" in argv:
+        train.print_help(__doc__.strip())
+    settings, own, given = train.read_settings(), {k: default for k, (default, _) in OWN.items()}, {}
+    for arg in argv:
+        name, _, text = arg[2:].partition("=")
+        if arg.startswith("--") and "ablate_" + name in OWN:
+            pairs = {"ablate_" + name: own_arg("ablate_" + name, text, settings)}
+        else:
+            pairs = train.parse_arg(arg, settings) if arg.startswith("--") else train.read_config_file(arg)
+        for key, value in pairs.items():
+            if key.startswith("ablate_"):
+                value = train.checked(key, value, OWN, arg)
+                own[key] = own["ablate_sweep"] | value if key == "ablate_sweep" else value
+            else:
+                given[key] = train.checked(key, value, settings, arg)
+    if swept := set(own["ablate_sweep"]) & set(PER_RUN):
+        sys.exit(f"error: ablate.py sets {', '.join(swept)} per run: use --modes, --lrs or --seeds, not --sweep")
+    sweep = {k: [train.checked(k, v, settings, "the sweep") for v in vs] for k, vs in own["ablate_sweep"].items()}
+    modes = list(NORM_MODES) if own["ablate_modes"] == "all" else own["ablate_modes"]
+    if bad := [m for m in modes if m not in NORM_MODES]:
+        sys.exit(f"error: unknown mode {bad[0]!r} in modes: choose from all, {', '.join(NORM_MODES)}")
+    base = {name: default for name, (default, _) in settings.items()} | given
+    seeds = [train.checked("seed", s, settings, "seeds") for s in own["ablate_seeds"] or [base["seed"]]]
+    lrs = own["ablate_lrs"] and [train.checked("learning_rate", lr, settings, "lrs") for lr in own["ablate_lrs"]]
+    return dict(modes=modes, seeds=seeds, lrs=lrs,
+                sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"],
+                given={"log_layer_stats": True} | given, base=base)
+
+
+def varies(key, mode):
+    """Whether sweeping key varies mode: geo_* keys only vary geonorm, and so on; other keys vary every mode."""
+    return next((m for prefix, m in MODE_OF_PREFIX.items() if key.startswith(prefix)), mode) == mode
+
+
+def plan_runs(plan, root):
+    """One run per seed, mode, learning rate and point of the mode's sweep grid, seed outermost (so the
+    first seed's table fills first); a run is its name, its group (the name less the seed) and settings."""
+    ratio = plan["base"]["min_lr"] / plan["base"]["learning_rate"]
+    runs = []
+    for seed, mode in itertools.product(plan["seeds"], plan["modes"]):
+        keys = [k for k in plan["sweep"] if varies(k, mode)]
+        tripled = plan["lrs"] is None and mode == "simplenorm"  # SimpleGPT trains at 3x the baseline's lr
+        for lr in plan["lrs"] or [plan["base"]["learning_rate"] * (3 if tripled else 1)]:
+            lr = float(f"{lr:.6g}")  # 3 * 6e-4 is 0.0018, not 0.0018000000000000002
+            for point in itertools.product(*(plan["sweep"][k] for k in keys)):
+                sweep, suffix = dict(zip(keys, point)), "".join(f"_{k}{v}" for k, v in zip(keys, point))
+                name = f"{mode}_lr{lr:g}_s{seed}{suffix}"
+                runs.append(dict(name=name, group=f"{mode}_lr{lr:g}{suffix}", mode=mode, lr=lr, tripled=tripled,
+                                 seed=seed, sweep=sweep, dir=root / name, settings=plan["given"] | sweep | dict(
+                                     norm_mode=mode, learning_rate=lr, min_lr=float(f"{lr * ratio:.6g}"),
+                                     seed=seed, out_dir=str(root / name))))
+    return runs
+
+
+# ----------------------------------------------------------------------------------- the runs
+
+def read_log(folder):
+    """A run's status, eval curve, layer stats and results, from its log.jsonl. Status: finished, diverged
+    (a non-finite loss, in training or at the last evaluation), interrupted, or failed (no end line: crashed).
+    Results come from the events, not the end line: after a resume that line covers only the resumed part."""
+    path, events = folder / "log.jsonl", []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            events.append(json.loads(line))
+        except ValueError:  # a line cut short by a crash
+            pass
+    end = events[-1] if events and events[-1]["event"] == "end" else None
+    evals = [(e["iter"], e["val_loss"]) for e in events if e["event"] == "eval"]
+    speeds = [e["tokens_per_s"] for e in events if e["event"] == "train"]
+    status = end["status"] if end else "failed"
+    if status == "finished" and evals and not math.isfinite(evals[-1][1]):
+        status = "diverged"  # a finite training loss, but not the evaluation's
+    return dict(status=status, iter=end and end["iter"], evals=evals,
+                stats=[e for e in events if e["event"] == "layer_stats"],
+                final_val_loss=evals[-1][1] if evals else None, best_val_loss=min((l for _, l in evals), default=None),
+                tokens_per_s=statistics.fmean(speeds) if speeds else None)
+
+
+def check_not_stale(runs):
+    """Stop before training if a run folder was made with other settings: its results would mislead.
+    out_dir may differ: an ablation folder moved elsewhere holds the same runs."""
+    for run in runs:
+        path = run["dir"] / "config.json"
+        if path.exists():
+            old = json.loads(path.read_text())["config"]
+            for key, value in run["settings"].items():
+                if key != "out_dir" and key in old and old[key] != value:
+                    sys.exit(f"error: {run['dir']} was trained with {key}={old[key]!r}, not {value!r}: "
+                             f"delete it, or pick another out_dir")
+
+
+def execute(run, nproc, threads):
+    """Train one run unless it is done: fresh, or resumed from its checkpoint. Returns (what, seconds)."""
+    if read_log(run["dir"])["status"] in ("finished", "diverged"):
+        return "skipped", 0.0
+    resume = (run["dir"] / "ckpt.pt").exists()
+    args = [f"--{k}={v}" for k, v in run["settings"].items()] + ["--init_from=resume"] * resume
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
+    run["dir"].mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with open(run["dir"] / "train.log", "a") as out:  # train.py's own output, kept out of the progress lines
+        subprocess.run([sys.executable, *launcher, TRAIN, *args], stdout=out, stderr=subprocess.STDOUT,
+                       env=os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))})
+    return "resumed" if resume else "ran", time.time() - t0
+
+
+def progress_line(i, n, run, what, seconds):
+    log = read_log(run["dir"])
+    result = (f"val loss {log['final_val_loss']:.4f}" if log["status"] == "finished"
+              else f"DIVERGED at step {log['iter']}" if log["status"] == "diverged"
+              else f"{log['status'].upper()}: see {run['dir']}/train.log")
+    timing = f", {seconds:.0f} s" if what != "skipped" else ""
+    return f"[{i}/{n}] {run['name']}: {what}{timing}, {result}"
+
+
+# -------------------------------------------------------------------------------------- results
+
+def mean_std(values):
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def summarize(runs):
+    """The runs' logs folded over seeds: one dict per group, in the order the groups were planned."""
+    groups = {}
+    for run in runs:
+        g = groups.setdefault(run["group"], dict(group=run["group"], mode=run["mode"], lr=run["lr"], runs=[],
+                                                 tripled=run["tripled"], sweep=run["sweep"]))
+        g["runs"].append(dict(name=run["name"], seed=run["seed"], **read_log(run["dir"])))
+    for g in groups.values():
+        done = [r for r in g["runs"] if r["status"] == "finished"]
+        g["finished"] = len(done)
+        g["diverged"] = sum(r["status"] == "diverged" for r in g["runs"])
+        g["final_val_loss"] = mean_std([r["final_val_loss"] for r in done]) if done else None
+        g["best_val_loss"] = statistics.fmean(r["best_val_loss"] for r in done) if done else None
+        speeds = [r["tokens_per_s"] for r in done if r["tokens_per_s"]]
+        g["tokens_per_s"] = statistics.fmean(speeds) if speeds else None
+    return list(groups.values())
+
+
+def table(groups):
+    rows = ["| mode | settings | lr | seeds | final val loss | best val loss | diverged | tokens/s |",
+            "|---|---|---|---|---|---|---|---|"]
+    for g in groups:
+        seeds, (mean, std) = g["finished"] + g["diverged"], g["final_val_loss"] or (None, None)
+        final = ("diverged" if g["diverged"] else "failed") if mean is None else f"{mean:.4f}" + (f" ± {std:.4f}" if g["finished"] > 1 else "")
+        best = "—" if g["best_val_loss"] is None else f"{g['best_val_loss']:.4f}"
+        diverged = f"{g['diverged']}/{seeds}" if g["diverged"] else "no"
+        speed = "—" if g["tokens_per_s"] is None else f"{g['tokens_per_s']:,.0f}"
+        settings = " ".join(f"{k}={v}" for k, v in g["sweep"].items()) or "—"
+        lr = f"{g['lr']:g}" + (" (3×)" if g["tripled"] else "")
+        rows.append(f"| {g['mode']} | {settings} | {lr} | {seeds} | {final} | {best} | {diverged} | {speed} |")
+    return "\n".join(rows)
+
+
+def write_results(groups, plan, root, argv, pngs):
+    ranked = sorted((g for g in groups if g["final_val_loss"]), key=lambda g: g["final_val_loss"][0])
+    order = " < ".join(f"{g['group']} {g['final_val_loss'][0]:.4f}" for g in ranked)
+    text = (f"# Ablation\n\n`python ablate.py {' '.join(argv)}`\n\nFinal val loss: at the last step, mean ± std "
+            f"over the seeds that finished; best: the lowest evaluation, mean over them.\n\n{table(groups)}\n\n"
+            f"Lowest final val loss first: {order or 'none finished'}\n\n" + "".join(f"![{p}]({p})\n" for p in pngs))
+    (root / "results.md").write_text(text)
+    plan = {k: v for k, v in plan.items() if k != "base"}
+    (root / "results.json").write_text(json.dumps(dict(plan=plan, groups=groups), indent=1, default=str))
+    return text
+
+
+# ---------------------------------------------------------------------------------------- plots
+
+def finish(fig, ax, path):
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_val_loss(groups, color, path):
+    """Val loss against step: the mean of the seeds that finished with a ±std band; a diverged seed
+    dashed, with an x where it stopped. The y axis starts at the second evaluation, not at ln(vocab)."""
+    fig, ax, tops = *plt.subplots(figsize=(8, 5)), []
+    for g in groups:
+        done = [r for r in g["runs"] if r["status"] == "finished"]
+        if done:
+            steps = [s for s, _ in done[0]["evals"]]
+            mean, std = zip(*(mean_std(v) for v in zip(*[[l for _, l in r["evals"]] for r in done])))
+            ax.plot(steps, mean, color=color[g["group"]], label=g["group"])
+            ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                            color=color[g["group"]], alpha=0.2)
+            tops.append(mean[min(1, len(mean) - 1)])
+        for i, r in enumerate(r for r in g["runs"] if r["status"] == "diverged" and r["evals"]):
+            steps, losses = zip(*r["evals"])
+            label = None if done or i else g["group"] + " (diverged)"
+            ax.plot(steps, losses, "--", color=color[g["group"]], label=label)
+            ax.plot(r["iter"], losses[-1], "x", color=color[g["group"]], markersize=10, mew=2)
+            tops.append(losses[-1])
+    ax.set(xlabel="step", ylabel="val loss", title="val loss (x: diverged)")
+    ax.set_ylim(top=max((t for t in tops if math.isfinite(t)), default=None))
+    finish(fig, ax, path)
+
+
+def plot_lr(groups, color, path):
+    """Final val loss against learning rate per mode and sweep point; x at the top: a seed diverged."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    families = {}
+    for g in groups:
+        families.setdefault(g["group"].replace(f"_lr{g['lr']:g}", ""), []).append(g)
+    for family, members in families.items():
+        c = color[members[0]["group"]]
+        ok = [g for g in members if g["final_val_loss"]]
+        ax.errorbar([g["lr"] for g in ok], [g["final_val_loss"][0] for g in ok],
+                    yerr=[g["final_val_loss"][1] for g in ok], marker="o", color=c, capsize=3, label=family)
+        for g in members:
+            if g["diverged"]:
+                ax.plot(g["lr"], 0.97, "x", color=c, markersize=10, mew=2, transform=ax.get_xaxis_transform())
+    ax.set(xscale="log", xlabel="learning rate", ylabel="final val loss", title="final val loss vs lr (x: diverged)")
+    finish(fig, ax, path)
+
+
+def plot_layers(groups, color, key, ylabel, path, log_scale):
+    """A per-block statistic at the first and the last evaluation, mean over the seeds that finished."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    for g in groups:
+        stats = [r["stats"] for r in g["runs"] if r["stats"] and r["status"] == "finished"]
+        for ax, which in zip(axes, (0, -1)):
+            if stats:
+                values = [statistics.fmean(v) for v in zip(*[s[which][key] for s in stats])]
+                ax.plot(range(1, len(values) + 1), values, "o-", color=color[g["group"]],
+                        label=g["group"] if which == -1 else None)
+    for ax, title in zip(axes, ("first evaluation (init)", "last evaluation")):
+        ax.set(xlabel="block", title=title, yscale="log" if log_scale else "linear")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[0].set_ylabel(ylabel)
+    finish(fig, axes[-1], path)
+
+
+def plot_all(groups, root):
+    cmap = plt.get_cmap("tab10" if len(groups) <= 10 else "tab20")
+    color = {g["group"]: cmap(i % cmap.N) for i, g in enumerate(groups)}  # a group's color in every plot
+    plot_val_loss(groups, color, root / "val_loss.png")
+    plot_lr(groups, color, root / "lr.png")
+    pngs = ["val_loss.png", "lr.png"]
+    if any(r["stats"] and r["status"] == "finished" for g in groups for r in g["runs"]):
+        for key, ylabel, log_scale in (("grad_norm", "gradient norm of the block's parameters", True),
+                                       ("resid_rms", "RMS of the residual stream after the block", True),
+                                       ("angle", "mean rotation of a token's vector (radians)", False)):
+            plot_layers(groups, color, key, ylabel, root / f"{key}.png", log_scale)
+            pngs.append(f"{key}.png")
+    return pngs
+
+
+# ----------------------------------------------------------------------------------------- main
+
+def main(argv):
+    plan = configure(argv)
+    root = Path(plan["base"]["out_dir"]) / "ablate"
+    runs = plan_runs(plan, root)
+    check_not_stale(runs)
+    threads = max(1, (os.cpu_count() or 1) // (plan["jobs"] * plan["nproc"]))
+    print(f"{len(runs)} runs in {root}, {plan['jobs']} at a time, {threads} threads each")
+    with ThreadPoolExecutor(plan["jobs"]) as pool:
+        futures = {pool.submit(execute, run, plan["nproc"], threads): run for run in runs}
+        try:
+            for i, future in enumerate(as_completed(futures), 1):
+                print(progress_line(i, len(runs), futures[future], *future.result()), flush=True)
+        except KeyboardInterrupt:  # the runs got the signal too: they save a checkpoint and stop
+            pool.shutdown(cancel_futures=True)
+            sys.exit("interrupted: run the same command again to go on")
+    groups = summarize(runs)
+    print(write_results(groups, plan, root, argv, plot_all(groups, root)))
+    if failed := [r["name"] for g in groups for r in g["runs"] if r["status"] not in ("finished", "diverged")]:
+        sys.exit(f"error: {len(failed)} runs did not finish: {', '.join(failed)} (see their train.log)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,147 @@
+"""ablate.py's promises: a tiny two-mode ablation end to end, skip and resume, divergence as a result."""
+import contextlib
+import io
+import json
+import shutil
+
+import matplotlib.image
+import pytest
+
+import ablate
+
+TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
+        "--eval_iters=2", "--eval_interval=5", "--log_interval=5", "--warmup_iters=2", "--max_iters=10",
+        "--learning_rate=3e-3", "--seeds=1"]
+COLUMNS = ["mode", "settings", "lr", "seeds", "final val loss", "best val loss", "diverged", "tokens/s"]
+PLOTS = ["val_loss.png", "lr.png", "grad_norm.png", "resid_rms.png", "angle.png"]
+
+
+def ablate_main(*args):
+    """ablate.main in this process (its runs are processes of their own); returns what it printed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        ablate.main(list(args))
+    return out.getvalue()
+
+
+def table_rows(results_md):
+    """results.md's table as a list of {column: cell}, checking the header."""
+    lines = [line for line in results_md.splitlines() if line.startswith("|")]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    assert cells[0] == COLUMNS and set("".join(cells[1])) <= set("-|")
+    return [dict(zip(COLUMNS, row)) for row in cells[2:]]
+
+
+def log_events(folder):
+    return [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
+
+
+def mtimes(root):
+    return {p: p.stat().st_mtime_ns for p in root.glob("*/*") if p.name in ("log.jsonl", "ckpt.pt")}
+
+
+@pytest.fixture(scope="module")
+def ablation(data_dir, tmp_path_factory):
+    """pre and geonorm, one seed, ten steps: (the arguments, out_dir/ablate, what ablate.py printed)."""
+    out = tmp_path_factory.mktemp("out")
+    args = [f"--data_dir={data_dir}", f"--out_dir={out}", *TINY, "--modes=pre,geonorm", "--jobs=2"]
+    return args, out / "ablate", ablate_main(*args)
+
+
+def test_a_two_mode_ablation_trains_each_run_and_tables_its_final_val_loss(ablation):
+    _, root, printed = ablation
+    assert sorted(line.split(":")[0].split("] ")[1] for line in printed.splitlines() if line.startswith("[")) \
+        == ["geonorm_lr0.003_s1", "pre_lr0.003_s1"]
+    rows = table_rows((root / "results.md").read_text())
+    assert [row["mode"] for row in rows] == ["pre", "geonorm"]
+    for row in rows:
+        end = log_events(root / f"{row['mode']}_lr0.003_s1")[-1]
+        assert end["event"] == "end" and end["status"] == "finished" and end["iter"] == 10
+        assert row["final val loss"] == f"{end['final_val_loss']:.4f}"  # one seed: no ± std
+        assert (row["lr"], row["seeds"], row["diverged"]) == ("0.003", "1", "no")
+    groups = json.loads((root / "results.json").read_text())["groups"]
+    assert [(g["mode"], g["finished"], g["diverged"]) for g in groups] == [("pre", 1, 0), ("geonorm", 1, 0)]
+    assert groups[0]["final_val_loss"][0] == pytest.approx(float(rows[0]["final val loss"].split()[0]), abs=1e-4)
+
+
+def test_every_plot_is_a_valid_png(ablation):
+    _, root, _ = ablation
+    for name in PLOTS:
+        assert (root / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        height, width, _ = matplotlib.image.imread(root / name).shape
+        assert height > 100 and width > 100, name
+
+
+def test_the_layer_stats_behind_the_per_layer_plots_are_logged(ablation):
+    _, root, _ = ablation
+    stats = [e for e in log_events(root / "geonorm_lr0.003_s1") if e["event"] == "layer_stats"]
+    assert [s["iter"] for s in stats] == [0, 5, 10] and all(len(s["angle"]) == 2 for s in stats)
+
+
+def test_a_rerun_skips_finished_runs_without_touching_them(ablation):
+    args, root, _ = ablation
+    before = mtimes(root)
+    printed = ablate_main(*args)
+    assert mtimes(root) == before and len(before) == 4
+    assert sum(": skipped, val loss" in line for line in printed.splitlines()) == 2
+
+
+def test_a_run_with_a_checkpoint_but_no_end_resumes_from_it(ablation, tmp_path):
+    args, root, _ = ablation
+    shutil.copytree(root, tmp_path / "ablate")  # a stopped ablation: pre's log lost its end line
+    log = tmp_path / "ablate" / "pre_lr0.003_s1" / "log.jsonl"
+    log.write_text("".join(line + "\n" for line in log.read_text().splitlines()[:-1]))
+    printed = ablate_main(*args, f"--out_dir={tmp_path}")
+    assert "pre_lr0.003_s1: resumed" in printed and "geonorm_lr0.003_s1: skipped" in printed
+    events = log_events(log.parent)
+    assert [e["event"] for e in events].count("end") == 1 and events[-1]["status"] == "finished"
+    evals = [e["iter"] for e in events if e["event"] == "eval"]
+    assert evals == sorted(set(evals))  # no step logged twice
+
+
+def test_changed_settings_stop_before_reusing_a_finished_run(ablation):
+    args, root, _ = ablation
+    before = mtimes(root)
+    with pytest.raises(SystemExit, match=r"pre_lr0.003_s1 was trained with max_iters=10, not 20"):
+        ablate_main(*args, "--max_iters=20")
+    assert mtimes(root) == before
+
+
+def test_a_diverged_run_is_a_result_not_a_crash(data_dir, tmp_path):
+    ablate_main(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--modes=pre", "--lrs=1e6")
+    end = log_events(tmp_path / "ablate" / "pre_lr1e+06_s1")[-1]
+    assert end["status"] == "diverged" and end["iter"] < 10  # lr 1e6 really blows up the weights
+    [row] = table_rows((tmp_path / "ablate" / "results.md").read_text())
+    assert (row["final val loss"], row["diverged"]) == ("diverged", "1/1")
+    [group] = json.loads((tmp_path / "ablate" / "results.json").read_text())["groups"]
+    assert group["diverged"] == 1 and group["runs"][0]["status"] == "diverged"
+    for name in ("val_loss.png", "lr.png"):
+        assert (tmp_path / "ablate" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_keys_vary_only_their_mode_and_simplenorm_defaults_to_3x_lr(tmp_path):
+    plan = ablate.configure(["--modes=pre,geonorm,simplenorm", "--seeds=1,2", "--learning_rate=1e-3", "--min_lr=0",
+                             "--sweep=geo_alpha=1,3", "--sweep=weight_decay=0.0,0.1"])
+    runs = ablate.plan_runs(plan, tmp_path)
+    names = {r["name"] for r in runs if r["seed"] == 1}
+    assert names == {"pre_lr0.001_s1_weight_decay0.0", "pre_lr0.001_s1_weight_decay0.1",
+                     "simplenorm_lr0.003_s1_weight_decay0.0", "simplenorm_lr0.003_s1_weight_decay0.1",
+                     *(f"geonorm_lr0.001_s1_geo_alpha{a}_weight_decay{w}" for a in (1.0, 3.0) for w in (0.0, 0.1))}
+    assert len(runs) == 2 * len(names)
+    simple = next(r for r in runs if r["mode"] == "simplenorm")
+    assert simple["settings"]["learning_rate"] == 3e-3 and simple["tripled"] and "geo_alpha" not in simple["settings"]
+
+
+def test_ablate_settings_in_a_config_file_are_not_passed_to_train(tmp_path):
+    config = tmp_path / "config.py"
+    config.write_text("n_layer = 2\nlearning_rate = 2e-3\nmin_lr = 2e-4\nablate_modes = ['deep']\n"
+                      "ablate_lrs = [1e-3]\nablate_sweep = {'geo_decay': ['none', 'sqrt']}\n")
+    plan = ablate.configure([str(config), "--sweep=geo_max_angle=None,0.5"])
+    assert plan["modes"] == ["deep"] and plan["lrs"] == [1e-3]
+    assert plan["sweep"] == {"geo_decay": ["none", "sqrt"], "geo_max_angle": [None, 0.5]}
+    [run] = ablate.plan_runs(plan, tmp_path)  # geo_* keys do not vary deep
+    assert not any(k.startswith("ablate_") for k in run["settings"])
+    assert run["settings"]["min_lr"] == pytest.approx(1e-4)  # the config's lr/10 ratio, at the run's lr
+    config.write_text("ablate_seed = [1, 2]\n")
+    with pytest.raises(SystemExit, match="unknown setting 'ablate_seed'.*did you mean 'ablate_seeds'"):
+        ablate.configure([str(config)])
