@@ -41,3 +41,13 @@ def shakespeare_text():
     lines = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 9))).capitalize() + rng.choice(".,;!?")
              for _ in range(20000)]
     return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory, shakespeare_text):
+    """A data_dir holding 'tiny': 200k characters of Shakespeare, prepared character-level."""
+    import prepare_data
+    root = tmp_path_factory.mktemp("data")
+    (root / "input.txt").write_text(shakespeare_text[:200_000])
+    prepare_data.prepare("shakespeare_char", root / "tiny", inputs=[str(root / "input.txt")], workers=1)
+    return root

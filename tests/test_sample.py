@@ -293,13 +293,11 @@ def test_empty_prompt_without_a_start_token_or_newline_is_an_error(tmp_path):
 
 # ---------------------------------------------------------------- end to end
 
-def test_sample_from_a_checkpoint_written_by_train(tmp_path, shakespeare_text):
-    (tmp_path / "input.txt").write_text(shakespeare_text[:20_000])
-    prepare_data.prepare("shakespeare_char", tmp_path / "data" / "tiny", inputs=[str(tmp_path / "input.txt")], workers=1)
-    train.main([f"--data_dir={tmp_path / 'data'}", "--dataset=tiny", f"--out_dir={tmp_path / 'out'}", "--device=cpu",
+def test_sample_from_a_checkpoint_written_by_train(tmp_path, data_dir, shakespeare_text):
+    train.main([f"--data_dir={data_dir}", "--dataset=tiny", f"--out_dir={tmp_path / 'out'}", "--device=cpu",
                 "--norm_mode=geonorm", "--n_layer=2", "--n_head=4", "--n_embd=32", "--block_size=16", "--batch_size=4",
                 "--max_iters=4", "--eval_interval=2", "--eval_iters=1", "--compile=False"])
-    chars, start = set(prepare_data.load_meta(tmp_path / "data" / "tiny")["chars"]), shakespeare_text[:8]
+    chars, start = set(prepare_data.load_meta(data_dir / "tiny")["chars"]), shakespeare_text[:8]
     folder, greedy = tmp_path / "out", (f"--start={start}", "--temperature=0", "--max_new_tokens=9")
     (text,) = run(folder, f"--start={start}", "--max_new_tokens=50", "--top_k=5", "--top_p=0.9")  # past block_size
     assert text.startswith(start) and len(text) == 8 + 50 and set(text) <= chars

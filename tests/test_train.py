@@ -23,15 +23,6 @@ TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_s
         "--eval_iters=2", "--eval_interval=5", "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3"]
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory, shakespeare_text):
-    """data_dir with a prepared character-level dataset 'tiny': 200k characters of Shakespeare."""
-    root = tmp_path_factory.mktemp("data")
-    (root / "input.txt").write_text(shakespeare_text[:200_000])
-    prepare_data.prepare("shakespeare_char", root / "tiny", inputs=[str(root / "input.txt")], workers=1)
-    return root
-
-
 def run(data_dir, out_dir, *args):
     """train.py in this process, on the tiny settings; returns the events of out_dir/log.jsonl."""
     train.main([f"--data_dir={data_dir}", f"--out_dir={out_dir}", *TINY, *args])
