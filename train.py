@@ -159,13 +159,21 @@ def read_config_file(path):
     return {k: v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, types.ModuleType)}
 
 
+def print_help(text):
+    """Print text and exit 0, quietly when a reader such as `| head` closed the pipe early."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush fails no more
+    sys.exit(0)
+
+
 def parse_settings(argv, script=None, choices=CHOICES):
     """(all settings, those given): a script's defaults, then config files and --key=value in order.
     train.py's by default; sample.py reads its own the same way. --help prints them."""
     script = script or sys.modules[__name__]
     if "--help" in argv or "-h" in argv:
-        print(script.__doc__.strip() + "\n\nsettings, their defaults and what they do:\n" + settings_block(script))
-        sys.exit(0)
+        print_help(script.__doc__.strip() + "\n\nsettings, their defaults and what they do:\n" + settings_block(script))
     settings, given = read_settings(script), {}
     for arg in argv:
         pairs = parse_arg(arg, settings) if arg.startswith("--") else read_config_file(arg)
