@@ -39,7 +39,7 @@ def parse(argv):
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per mode")
     parser.add_argument("--vocab_size", type=int, default=65, help="vocabulary of the random tokens")
-    parser.add_argument("--sample_tokens", type=int, default=64, help="new tokens per sampling measurement")
+    parser.add_argument("--sample_tokens", type=int, default=240, help="new tokens per sampling measurement")
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
     args, rest = parser.parse_known_args(argv)
     modes = list(NORM_MODES) if args.modes == "all" else args.modes.split(",")
