@@ -1,7 +1,7 @@
 """
 Ablate the norm modes: train.py once per (mode, learning rate, seed, sweep point), then tables and plots.
 
-    python ablate.py configs/ablate_shakespeare_char.py                # six modes, one seed, ~15 min on 2 cores
+    python ablate.py configs/ablate_shakespeare_char.py                # six modes, one seed, ~12 min on 2 cores
     python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3  # the same runs are skipped, two more seeds
     python ablate.py configs/ablate_geonorm.py                         # pre vs geonorm's step size, decay and clamp
     python ablate.py CONFIG.py --modes=pre,geonorm --lrs=1e-3,3e-3 --sweep=geo_alpha=1,3,10 --max_iters=500
