@@ -132,12 +132,7 @@ def read_log(folder):
     """A run's status, eval curve, layer stats and results, from its log.jsonl. Status: finished, diverged
     (a non-finite loss, in training or at the last evaluation), interrupted, or failed (no end line: crashed).
     Results come from the events, not the end line: after a resume that line covers only the resumed part."""
-    path, events = folder / "log.jsonl", []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            events.append(json.loads(line))
-        except ValueError:  # a line cut short by a crash
-            pass
+    events = train.read_events(folder / "log.jsonl")
     end = events[-1] if events and events[-1]["event"] == "end" else None
     evals = [(e["iter"], e["val_loss"]) for e in events if e["event"] == "eval"]
     speeds = [e["tokens_per_s"] for e in events if e["event"] == "train"]

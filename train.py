@@ -333,17 +333,21 @@ def load_checkpoint(path):
         sys.exit(f"error: cannot load {path} ({type(e).__name__}): delete it and train with init_from='scratch'")
 
 
-def trim_log(path, step):
-    """Keep the events up to step, the checkpoint's (none from scratch), and no old 'end': no step twice."""
-    keep = []
+def read_events(path):
+    """The events of a log.jsonl (none if it is missing), less a line cut short by a crash."""
+    events = []
     for line in path.read_text().splitlines() if path.exists() else []:
         try:
-            event = json.loads(line)
-        except ValueError:  # a line cut short by a crash
-            continue
-        if event["event"] != "end" and event["iter"] <= step:
-            keep.append(line + "\n")
-    path.write_text("".join(keep))
+            events.append(json.loads(line))
+        except ValueError:
+            pass
+    return events
+
+
+def trim_log(path, step):
+    """Keep the events up to step, the checkpoint's (none from scratch), and no old 'end': no step twice."""
+    keep = [e for e in read_events(path) if e["event"] != "end" and e["iter"] <= step]
+    path.write_text("".join(json.dumps(e) + "\n" for e in keep))
 
 
 def provenance():
