@@ -43,7 +43,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
-import train
+import configurator
 from model import NORM_MODES
 
 OWN = {"ablate_modes": ("all", (str, list)), "ablate_seeds": (None, (list, type(None))),
@@ -60,7 +60,7 @@ def own_arg(name, text, settings):
     """--modes=pre,geonorm and friends as ablate.py's value: lists, a {key: values} sweep, or an int."""
     if name == "ablate_sweep":
         key, _, values = text.partition("=")
-        return {key: [train.parse_arg(f"--{key}={v}", settings)[key] for v in values.split(",")]}
+        return {key: [configurator.parse_arg(f"--{key}={v}", settings)[key] for v in values.split(",")]}
     if name == "ablate_modes":
         return text if text == "all" else text.split(",")
     try:
@@ -73,29 +73,29 @@ def own_arg(name, text, settings):
 def configure(argv):
     """ablate.py's settings, and the train.py settings given by config files and --key=value."""
     if "--help" in argv or "-h" in argv:
-        train.print_help(__doc__.strip())
-    settings, own, given = train.read_settings(), {k: default for k, (default, _) in OWN.items()}, {}
+        configurator.print_help(__doc__.strip())
+    settings, own, given = configurator.read_settings(TRAIN), {k: default for k, (default, _) in OWN.items()}, {}
     for arg in argv:
         name, _, text = arg[2:].partition("=")
         if arg.startswith("--") and "ablate_" + name in OWN:
             pairs = {"ablate_" + name: own_arg("ablate_" + name, text, settings)}
         else:
-            pairs = train.parse_arg(arg, settings) if arg.startswith("--") else train.read_config_file(arg)
+            pairs = configurator.parse_arg(arg, settings) if arg.startswith("--") else configurator.read_config_file(arg)
         for key, value in pairs.items():
             if key.startswith("ablate_"):
-                value = train.checked(key, value, OWN, arg)
+                value = configurator.checked(key, value, OWN, arg)
                 own[key] = own["ablate_sweep"] | value if key == "ablate_sweep" else value
             else:
-                given[key] = train.checked(key, value, settings, arg)
+                given[key] = configurator.checked(key, value, settings, arg)
     if swept := set(own["ablate_sweep"]) & set(PER_RUN):
         sys.exit(f"error: ablate.py sets {', '.join(swept)} per run: use --modes, --lrs or --seeds, not --sweep")
-    sweep = {k: [train.checked(k, v, settings, "the sweep") for v in vs] for k, vs in own["ablate_sweep"].items()}
+    sweep = {k: [configurator.checked(k, v, settings, "the sweep") for v in vs] for k, vs in own["ablate_sweep"].items()}
     modes = list(NORM_MODES) if own["ablate_modes"] == "all" else own["ablate_modes"]
     if bad := [m for m in modes if m not in NORM_MODES]:
         sys.exit(f"error: unknown mode {bad[0]!r} in modes: choose from all, {', '.join(NORM_MODES)}")
     base = {name: default for name, (default, _) in settings.items()} | given
-    seeds = [train.checked("seed", s, settings, "seeds") for s in own["ablate_seeds"] or [base["seed"]]]
-    lrs = own["ablate_lrs"] and [train.checked("learning_rate", lr, settings, "lrs") for lr in own["ablate_lrs"]]
+    seeds = [configurator.checked("seed", s, settings, "seeds") for s in own["ablate_seeds"] or [base["seed"]]]
+    lrs = own["ablate_lrs"] and [configurator.checked("learning_rate", lr, settings, "lrs") for lr in own["ablate_lrs"]]
     return dict(modes=modes, seeds=seeds, lrs=lrs,
                 sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"],
                 given={"log_layer_stats": True} | given, base=base)
@@ -132,7 +132,7 @@ def read_log(folder):
     """A run's status, eval curve, layer stats and results, from its log.jsonl. Status: finished, diverged
     (a non-finite loss, in training or at the last evaluation), interrupted, or failed (no end line: crashed).
     Results come from the events, not the end line: after a resume that line covers only the resumed part."""
-    events = train.read_events(folder / "log.jsonl")
+    events = configurator.read_events(folder / "log.jsonl")
     end = events[-1] if events and events[-1]["event"] == "end" else None
     evals = [(e["iter"], e["val_loss"]) for e in events if e["event"] == "eval"]
     speeds = [e["tokens_per_s"] for e in events if e["event"] == "train"]

@@ -19,16 +19,16 @@ import sys
 import tempfile
 import time
 import types
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import torch
 
+import configurator
 import prepare_data
-import train
-from model import NORM_MODES
+from model import GPT, NORM_MODES
 
+TRAIN = Path(__file__).with_name("train.py")  # whose settings bench.py takes
 BENCH_SHAPE = ["--n_layer=6", "--n_head=6", "--n_embd=384", "--block_size=256", "--batch_size=8"]
 
 
@@ -50,8 +50,9 @@ def parse(argv):
         modes.insert(0, "pre")  # the baseline every ratio is taken against
     if args.steps < 1:
         sys.exit("error: --steps must be at least 1")
-    cfg, _ = train.configure(BENCH_SHAPE + [f"--device={args.device}"] + rest)
-    return args, modes, cfg
+    cfg, _ = configurator.parse_settings(BENCH_SHAPE + [f"--device={args.device}"] + rest, TRAIN)
+    cfg["device"] = configurator.pick_device(cfg["device"])
+    return args, modes, types.SimpleNamespace(**cfg)
 
 
 def peak_rss_reset():
@@ -69,14 +70,15 @@ class Runner:
 
     def __init__(self, mode, cfg, vocab_size, compiled):
         cfg = types.SimpleNamespace(**{**vars(cfg), "norm_mode": mode})
-        meta = dict(vocab_size=vocab_size, tokenizer="char")
-        self.model, self.optimizer, _ = train.build_model(cfg, meta, None, cfg.device)
+        torch.manual_seed(cfg.seed)
+        self.model = GPT(configurator.model_config(cfg, dict(vocab_size=vocab_size, tokenizer="char"))).to(cfg.device)
+        self.optimizer = self.model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
+                                                         cfg.device.split(":")[0])
         self.fn = torch.compile(self.model) if compiled else self.model
         g = torch.Generator().manual_seed(0)
         data = torch.randint(0, vocab_size, (cfg.batch_size, cfg.block_size + 1), generator=g).to(cfg.device)
         self.x, self.y, self.cfg = data[:, :-1], data[:, 1:], cfg
-        dtype = "bfloat16" if cfg.dtype == "auto" and cfg.device.startswith("cuda") else cfg.dtype
-        self.ctx = torch.autocast(cfg.device.split(":")[0], torch.bfloat16) if dtype == "bfloat16" else nullcontext()
+        self.ctx = configurator.autocast(cfg.device, configurator.pick_dtype(cfg.dtype, cfg.device))
 
     def step(self):
         with self.ctx:
@@ -122,7 +124,7 @@ def bench_training(modes, cfg, args, compiled):
     for r in range(args.steps):
         for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # rotate who goes first
             times[mode].append(timed(runners[mode].step, cfg.device))
-    _, peak = train.device_peak_flops(cfg, cfg.device)
+    _, peak = configurator.device_peak_flops(cfg, cfg.device)
     base, results = statistics.median(times["pre"]), []
     for mode, runner in runners.items():
         dt = statistics.median(times[mode])
@@ -151,14 +153,14 @@ def bench_sampling(modes, cfg, args):
 
 
 def bench_data_loader(cfg, n_batches=200):
-    """Batches/s of train.get_batch over a memory-mapped shard of 10M random tokens."""
+    """Batches/s of prepare_data.get_batch over a memory-mapped shard of 10M random tokens."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "train_000000.bin"
         prepare_data.write_shard(path, np.random.default_rng(0).integers(0, 65, 10_000_000, dtype=np.uint16))
         shards = [path], np.array([10_000_000])
         t0 = time.perf_counter()
         for i in range(n_batches):
-            train.get_batch(shards, np.random.default_rng((cfg.seed, i)), cfg, cfg.device)
+            prepare_data.get_batch(shards, np.random.default_rng((cfg.seed, i)), cfg, cfg.device)
         dt = time.perf_counter() - t0
     return dict(batches_per_s=n_batches / dt, tokens_per_s=n_batches * cfg.batch_size * cfg.block_size / dt)
 

@@ -2,6 +2,7 @@
 
 A shard is llm.c / modded-nanogpt's format: a 256 x int32 header (magic 20240520, version 1,
 token count), then the tokens as uint16. meta.json, written last, marks a folder as complete.
+get_batch draws train.py's batches from them.
 
     python prepare_data.py pystdlib                          # the offline default, character-level
     python prepare_data.py shakespeare --input input.txt     # GPT-2 BPE
@@ -25,6 +26,7 @@ import time
 import urllib.request
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
 MAGIC, VERSION, HEADER_BYTES = 20240520, 1, 1024
@@ -101,6 +103,25 @@ def read_shard(path):
     if count <= 0 or size != HEADER_BYTES + 2 * count:
         raise invalid(f"{size} bytes, but the header promises {count} tokens")
     return np.memmap(path, dtype=np.uint16, mode="r", offset=HEADER_BYTES, shape=(count,))
+
+
+def get_batch(shards, rng, cfg, device):
+    """batch_size windows of a split's shards (paths, token counts) at positions drawn by rng: inputs x
+    and their next tokens y, both (B, T), on device."""
+    paths, counts = shards
+    room = np.maximum(counts - cfg.block_size, 0)  # window starts in each shard
+    ends = np.cumsum(room)
+    pos = rng.integers(ends[-1], size=cfg.batch_size)  # uniform over every window of every shard
+    shard = np.searchsorted(ends, pos, side="right")
+    offset = pos - (ends[shard] - room[shard])
+    # memmaps live for one batch: one kept open would keep every page it ever read in the RSS
+    maps = {s: read_shard(paths[s]) for s in set(shard.tolist())}
+    rows = [maps[s][o:o + cfg.block_size + 1] for s, o in zip(shard, offset)]
+    batch = torch.from_numpy(np.stack(rows).astype(np.int64))  # (B, T + 1)
+    if device.startswith("cuda"):  # pinned, so the copy overlaps the GPU's work
+        batch = batch.pin_memory()
+    batch = batch.to(device, non_blocking=True)
+    return batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
 
 
 def _prepare_command(folder):

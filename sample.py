@@ -16,16 +16,16 @@ new token (nanoGPT's exact cropping), many times slower. Within block_size both 
 """
 import os
 import sys
-from contextlib import nullcontext
 
 import torch
 import torch.nn as nn
 
-import train
+import configurator
+from configurator import first_line
 from model import GPT, GPTConfig
 from prepare_data import get_tokenizer
 
-# settings: the assignments between the two rulers, read by train.parse_settings
+# settings: the assignments between the two rulers, read by configurator.py (python sample.py --help)
 # --------------------------------------------------------------------------------------------------
 out_dir = "out"  # the folder train.py wrote ckpt.pt to
 start = ""  # the prompt, or FILE:path to read it from a file; "": the start token (see above)
@@ -43,9 +43,6 @@ use_cache = True  # keep keys and values (see "Past block_size" above); False: r
 # --------------------------------------------------------------------------------------------------
 
 
-CHOICES = dict(dtype=("auto", "float32", "bfloat16"))
-
-
 def check_settings(s):
     """One-line errors for values no sampler can use, before anything is loaded."""
     if s["temperature"] < 0:
@@ -56,20 +53,6 @@ def check_settings(s):
         raise SystemExit(f"error: top_p must be in (0, 1] (1.0 keeps every token), got {s['top_p']}")
     if s["num_samples"] < 1 or s["max_new_tokens"] < 0:
         raise SystemExit("error: num_samples must be >= 1 and max_new_tokens >= 0")
-
-
-def device_and_dtype(s):
-    """The device (auto: cuda when available), checked, and the dtype (auto: bfloat16 on CUDA)."""
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if s["device"] == "auto" else s["device"]
-    try:
-        torch.empty(0, device=device)
-    except Exception as e:
-        raise SystemExit(f"error: device {device!r} is not usable here ({first_line(e)})")
-    return device, ("bfloat16" if device.startswith("cuda") else "float32") if s["dtype"] == "auto" else s["dtype"]
-
-
-def first_line(e):
-    return f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
 
 
 def load_checkpoint(out_dir, device):
@@ -140,9 +123,10 @@ class StreamPrinter:
 
 def main(argv=None):
     """Print num_samples samples (and return them) for the settings in argv (default: sys.argv)."""
-    s, _ = train.parse_settings(sys.argv[1:] if argv is None else argv, sys.modules[__name__], CHOICES)
+    s, _ = configurator.parse_settings(sys.argv[1:] if argv is None else argv, __file__)
     check_settings(s)
-    device, dtype = device_and_dtype(s)
+    device = configurator.pick_device(s["device"])
+    dtype = configurator.pick_dtype(s["dtype"], device)
     model, meta = load_checkpoint(s["out_dir"], device)
     if s["compile"]:
         model.compile()  # in place: generate's self(...) calls go through the compiled forward
@@ -150,7 +134,7 @@ def main(argv=None):
     ids = prompt_ids(read_prompt(s["start"]), encode, meta)
     x = torch.tensor([ids], dtype=torch.long, device=device)
     generator = torch.Generator(device).manual_seed(s["seed"])
-    ctx = torch.autocast(torch.device(device).type, torch.bfloat16) if dtype == "bfloat16" else nullcontext()
+    ctx = configurator.autocast(device, dtype)
     samples = []
     for _ in range(s["num_samples"]):
         printer = StreamPrinter(decode, ids) if s["stream"] else None

@@ -12,10 +12,7 @@ Settings: the defaults below, then (resuming) the checkpoint's, then config file
 and --key=value arguments in the order given. Every random draw of a step, data and dropout alike, is
 a function of (seed, step, micro-batch), so a resumed run repeats an uninterrupted one bit for bit.
 """
-import ast
 import dataclasses
-import difflib
-import inspect
 import json
 import math
 import os
@@ -25,8 +22,6 @@ import subprocess
 import sys
 import time
 import types
-import typing
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +29,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import configurator
 import prepare_data
-from model import GPT, GPTConfig
+from model import GPT
+from prepare_data import get_batch
 
-RULER = "# " + "-" * 98  # the settings are the assignments between the two lines that equal RULER
+# settings: the assignments between the two rulers, read by configurator.py (python train.py --help)
 # --------------------------------------------------------------------------------------------------
 # I/O
 out_dir = "out"  # ckpt.pt, log.jsonl and config.json are written here
@@ -95,95 +92,13 @@ dtype = "auto"  # 'float32', or 'bfloat16' autocast; auto: bfloat16 on CUDA, flo
 compile: bool | None = None  # torch.compile the model; None: on CUDA only
 peak_flops = 0.0  # one device's dense bf16 FLOP/s, for MFU; 0: looked up from the GPU's name
 # --------------------------------------------------------------------------------------------------
-CHOICES = dict(init_from=("scratch", "resume"), lr_schedule=("cosine", "wsd"), backend=("auto", "nccl", "gloo"),
-               dtype=("auto", "float32", "bfloat16"))
-PEAK_FLOPS = (("B200", 2250e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("H800", 989e12),
-              ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L4", 121e12), ("4090", 165e12))
 
 
 # ---------------------------------------------------------------------------------------- settings
 
-def settings_block(script=None):
-    """The text between a script's two RULER lines (train.py's by default): its settings."""
-    return Path((script or sys.modules[__name__]).__file__).read_text().split(RULER + "\n")[1]
-
-
-def read_settings(script=None):
-    """{name: (default, the types it accepts)}; types from an annotation (float | None) or the default."""
-    script = script or sys.modules[__name__]
-    hints, names = inspect.get_annotations(script), re.findall(r"^(\w+)\b.*? = ", settings_block(script), re.M)
-    return {n: (getattr(script, n), typing.get_args(hints[n]) if n in hints else (type(getattr(script, n)),))
-            for n in names}
-
-
-def checked(name, value, settings, where, choices=CHOICES):
-    """value as setting name's type (an int where a float goes is fine), else a one-line error."""
-    if name not in settings:
-        guess = difflib.get_close_matches(name, settings, n=1)
-        hint = f"did you mean {guess[0]!r}?" if guess else f"python {Path(sys.argv[0]).name} --help lists them all"
-        sys.exit(f"error: unknown setting {name!r} in {where}: {hint}")
-    accepts = settings[name][1]
-    if type(value) is int and float in accepts:
-        return float(value)
-    if type(value) not in accepts:  # exactly: True is no int here, nor 1 a bool
-        kinds = " or ".join("None" if t is type(None) else t.__name__ for t in accepts)
-        sys.exit(f"error: {name} must be {kinds}, got {value!r} in {where}")
-    if value not in choices.get(name, (value,)):
-        sys.exit(f"error: {name} must be one of {', '.join(choices[name])}, got {value!r} in {where}")
-    return value
-
-
-def parse_arg(arg, settings):
-    """--key=value as {key: value}: the text for a str setting, else a Python literal (or the text).
-    A bare --flag sets a bool setting to True."""
-    name, has_value, text = arg[2:].partition("=")
-    if not has_value:
-        if settings.get(name, (None, ()))[1] == (bool,):
-            return {name: True}
-        sys.exit(f"error: {arg} needs a value: --{name}=VALUE")
-    try:
-        return {name: text if settings.get(name, (None, ()))[1] == (str,) else ast.literal_eval(text)}
-    except (ValueError, SyntaxError):
-        return {name: text}
-
-
-def read_config_file(path):
-    """The settings a config file assigns (it is Python: it may import a shared base)."""
-    if not Path(path).is_file():
-        sys.exit(f"error: no config file {path}; settings are given as --key=value")
-    namespace = {}
-    try:
-        exec(Path(path).read_text(), namespace)
-    except Exception as e:  # a missing file, a syntax error, ...
-        sys.exit(f"error: config file {path}: {type(e).__name__}: {e}")
-    return {k: v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, types.ModuleType)}
-
-
-def print_help(text):
-    """Print text and exit 0, quietly when a reader such as `| head` closed the pipe early."""
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush fails no more
-    sys.exit(0)
-
-
-def parse_settings(argv, script=None, choices=CHOICES):
-    """(all settings, those given): a script's defaults, then config files and --key=value in order.
-    train.py's by default; sample.py reads its own the same way. --help prints them."""
-    script = script or sys.modules[__name__]
-    if "--help" in argv or "-h" in argv:
-        print_help(script.__doc__.strip() + "\n\nsettings, their defaults and what they do:\n" + settings_block(script))
-    settings, given = read_settings(script), {}
-    for arg in argv:
-        pairs = parse_arg(arg, settings) if arg.startswith("--") else read_config_file(arg)
-        given.update({name: checked(name, value, settings, arg, choices) for name, value in pairs.items()})
-    return {name: default for name, (default, _) in settings.items()} | given, given
-
-
 def configure(argv):
     """The settings as a namespace, and the checkpoint to resume from (None from scratch)."""
-    cfg, given = parse_settings(argv)
+    cfg, given = configurator.parse_settings(argv, __file__)
     ckpt = load_checkpoint(Path(cfg["out_dir"]) / "ckpt.pt") if cfg["init_from"] == "resume" else None
     if ckpt:  # the checkpoint's settings, except those given now
         cfg |= {k: v for k, v in ckpt["config"].items() if k in cfg and k not in given}
@@ -220,24 +135,6 @@ def load_dataset(cfg, master):
         if data[split][1].max() <= cfg.block_size:
             sys.exit(f"error: the {split} shards of {folder} are shorter than block_size={cfg.block_size}: lower it")
     return meta, data
-
-
-def get_batch(shards, rng, cfg, device):
-    """batch_size windows at positions drawn by rng: inputs x and their next tokens y, both (B, T)."""
-    paths, counts = shards
-    room = np.maximum(counts - cfg.block_size, 0)  # window starts in each shard
-    ends = np.cumsum(room)
-    pos = rng.integers(ends[-1], size=cfg.batch_size)  # uniform over every window of every shard
-    shard = np.searchsorted(ends, pos, side="right")
-    offset = pos - (ends[shard] - room[shard])
-    # memmaps live for one batch: one kept open would keep every page it ever read in the RSS
-    maps = {s: prepare_data.read_shard(paths[s]) for s in set(shard.tolist())}
-    rows = [maps[s][o:o + cfg.block_size + 1] for s, o in zip(shard, offset)]
-    batch = torch.from_numpy(np.stack(rows).astype(np.int64))  # (B, T + 1)
-    if device.startswith("cuda"):  # pinned, so the copy overlaps the GPU's work
-        batch = batch.pin_memory()
-    batch = batch.to(device, non_blocking=True)
-    return batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
 
 
 # ---------------------------------------------------------------------------------------- training
@@ -333,20 +230,9 @@ def load_checkpoint(path):
         sys.exit(f"error: cannot load {path} ({type(e).__name__}): delete it and train with init_from='scratch'")
 
 
-def read_events(path):
-    """The events of a log.jsonl (none if it is missing), less a line cut short by a crash."""
-    events = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            pass
-    return events
-
-
 def trim_log(path, step):
     """Keep the events up to step, the checkpoint's (none from scratch), and no old 'end': no step twice."""
-    keep = [e for e in read_events(path) if e["event"] != "end" and e["iter"] <= step]
+    keep = [e for e in configurator.read_events(path) if e["event"] != "end" and e["iter"] <= step]
     path.write_text("".join(json.dumps(e) + "\n" for e in keep))
 
 
@@ -365,33 +251,21 @@ def provenance():
 
 def setup_distributed(cfg):
     """(rank, world size, device): from torchrun's environment when it is set, else one process."""
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    device = configurator.pick_device(cfg.device)  # under torchrun, a GPU is cuda:LOCAL_RANK
     if "RANK" not in os.environ:
         return 0, 1, device
     if device.startswith("cuda"):
-        device = f"cuda:{os.environ['LOCAL_RANK']}"
         torch.cuda.set_device(device)
     auto = "nccl" if device.startswith("cuda") else "gloo"
     dist.init_process_group(auto if cfg.backend == "auto" else cfg.backend)
     return dist.get_rank(), dist.get_world_size(), device
 
 
-def device_peak_flops(cfg, device):
-    """(GPU name or "", its dense bf16 FLOP/s for MFU): the peak_flops setting, else looked up by name."""
-    gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else ""
-    return gpu, cfg.peak_flops or next((flops for name, flops in PEAK_FLOPS if name in gpu), None)
-
-
 def build_model(cfg, meta, ckpt, device):
     """The model and its AdamW, fresh or from the checkpoint; and the model's GPTConfig arguments."""
-    model_args = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(GPTConfig) if f.name != "vocab_size"}
-    vocab = meta["vocab_size"]  # GPT-2's 50257 tokens padded to 50304: matmuls run faster on multiples of 64
-    model_args["vocab_size"] = 64 * math.ceil(vocab / 64) if meta["tokenizer"] == "gpt2" else vocab
+    config = configurator.model_config(cfg, meta)
     torch.manual_seed(cfg.seed)
-    try:
-        model = GPT(GPTConfig(**model_args)).to(device)
-    except ValueError as e:
-        sys.exit(f"error: {e}")
+    model = GPT(config).to(device)
     betas, device_type = (cfg.beta1, cfg.beta2), device.split(":")[0]
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, betas, device_type)
     if ckpt:
@@ -401,7 +275,7 @@ def build_model(cfg, meta, ckpt, device):
         except (RuntimeError, ValueError, KeyError) as e:
             sys.exit(f"error: the checkpoint in {cfg.out_dir} does not fit these settings ({str(e).splitlines()[0]}):"
                      " resume with the model settings it was trained with")
-    return model, optimizer, model_args
+    return model, optimizer, dataclasses.asdict(config)
 
 
 def open_log(cfg, resumed_at):
@@ -424,8 +298,8 @@ def main(argv):
     cfg, ckpt = configure(argv)
     rank, world, device = setup_distributed(cfg)
     master, accum, device_type = rank == 0, accumulation_steps(cfg, world), device.split(":")[0]
-    dtype = ("bfloat16" if device_type == "cuda" else "float32") if cfg.dtype == "auto" else cfg.dtype
-    ctx = torch.autocast(device_type, torch.bfloat16) if dtype == "bfloat16" else nullcontext()
+    dtype = configurator.pick_dtype(cfg.dtype, device)
+    ctx = configurator.autocast(device, dtype)
     if device_type == "cuda":
         torch.set_float32_matmul_precision("high")  # TF32 matmuls
     meta, data = load_dataset(cfg, master)
@@ -436,7 +310,7 @@ def main(argv):
     model = torch.compile(raw_model) if (device_type == "cuda" if cfg.compile is None else cfg.compile) else raw_model
     train_model = DDP(model, device_ids=[device] if device_type == "cuda" else None) if world > 1 else model
     tokens_per_step = cfg.batch_size * cfg.block_size * accum * world
-    gpu, peak = device_peak_flops(cfg, device)
+    gpu, peak = configurator.device_peak_flops(cfg, device)
     say = print if master else lambda *args, **kwargs: None
     log, wandb = open_log(cfg, resumed_at) if master else (None, None)
     say(f"{raw_model.get_num_params() / 1e6:.2f}M parameters on {gpu or device} in {dtype}, {tokens_per_step:,} tokens "

@@ -283,7 +283,7 @@ def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path):
     assert meta["tokenizer"] == "gpt2" and meta["tokens"] == {"train": 9000, "val": 3000}
     cfg = types.SimpleNamespace(data_dir=str(tmp_path / "data"), dataset="fineweb", block_size=16, batch_size=8)
     _, data = train.load_dataset(cfg, master=True)
-    x, y = train.get_batch(data["train"], np.random.default_rng(1), cfg, "cpu")
+    x, y = prepare_data.get_batch(data["train"], np.random.default_rng(1), cfg, "cpu")
     stream = np.concatenate([written["fineweb_train_000001.bin"], written["fineweb_train_000002.bin"]])
     for row_x, row_y in zip(x.numpy(), y.numpy()):
         starts = [i for i in range(len(stream) - 16) if (stream[i:i + 16] == row_x).all()]

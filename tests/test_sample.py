@@ -6,6 +6,7 @@ import sys
 import pytest
 import torch
 
+import configurator
 import prepare_data
 import sample
 import train
@@ -235,7 +236,7 @@ def test_stream_output_equals_the_sample(tmp_path, capsys):
 def test_help_lists_every_setting_and_the_past_block_size_choice():
     result = run_script("--help")
     assert result.returncode == 0
-    settings = train.read_settings(sample)
+    settings = configurator.read_settings(sample.__file__)
     assert all(f"\n{key} = " in result.stdout for key in settings) and len(settings) == 13
     assert "(block_size+1)//2" in result.stdout and "newline" in result.stdout
 

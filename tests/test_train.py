@@ -14,6 +14,7 @@ import types
 import pytest
 import torch
 
+import configurator
 import prepare_data
 import train
 from model import GPT, GPTConfig
@@ -234,7 +235,7 @@ def test_lr_schedules_warm_up_then_decay_to_min_lr():
 
 
 def test_every_model_knob_is_a_setting_and_help_lists_them_all(capsys):
-    settings = train.read_settings()
+    settings = configurator.read_settings(train.__file__)
     assert {f.name for f in dataclasses.fields(GPTConfig)} - set(settings) == {"vocab_size"}
     with pytest.raises(SystemExit) as done:
         train.configure(["--help"])

@@ -1,0 +1,174 @@
+"""
+The settings every script shares, and what they select about the system.
+
+A script's settings are the assignments between its two RULER lines, `name = default  # what it does`.
+They are read from the script's file as a syntax tree, never run, so ablate.py and bench.py read
+train.py's settings without importing the trainer: defaults are literals, and an annotation
+(`float | None`) names the types a setting takes, else its default's type does. Config files (Python
+assignments) and --key=value arguments override the defaults in the order given; an unknown name or a
+wrong type is a one-line error with a did-you-mean; --help prints the script's docstring and settings.
+"""
+import ast
+import builtins
+import dataclasses
+import difflib
+import json
+import math
+import os
+import sys
+import types
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from model import GPTConfig
+
+RULER = "# " + "-" * 98  # a script's settings are the assignments between the two lines that equal RULER
+CHOICES = dict(init_from=("scratch", "resume"), lr_schedule=("cosine", "wsd"), backend=("auto", "nccl", "gloo"),
+               dtype=("auto", "float32", "bfloat16"))  # the values a setting of this name takes, in any script
+PEAK_FLOPS = (("B200", 2250e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("H800", 989e12),
+              ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L4", 121e12), ("4090", 165e12))
+
+
+# ---------------------------------------------------------------------------------------- settings
+
+def settings_block(script):
+    """The text between the two RULER lines of the script at path script: its settings."""
+    return Path(script).read_text().split(RULER + "\n")[1]
+
+
+def read_settings(script):
+    """{name: (default, the types it accepts)} of a script's settings block, read as a syntax tree."""
+    settings = {}
+    for node in ast.parse(settings_block(script)).body:
+        default = ast.literal_eval(node.value)
+        if isinstance(node, ast.AnnAssign):  # name: float | None = default
+            kinds = tuple(type(None) if isinstance(n, ast.Constant) else getattr(builtins, n.id)
+                          for n in ast.walk(node.annotation) if isinstance(n, (ast.Name, ast.Constant)))
+            settings[node.target.id] = default, kinds
+        else:  # name = default
+            settings[node.targets[0].id] = default, (type(default),)
+    return settings
+
+
+def checked(name, value, settings, where):
+    """value as setting name's type (an int where a float goes is fine), else a one-line error."""
+    if name not in settings:
+        guess = difflib.get_close_matches(name, settings, n=1)
+        hint = f"did you mean {guess[0]!r}?" if guess else f"python {Path(sys.argv[0]).name} --help lists them all"
+        sys.exit(f"error: unknown setting {name!r} in {where}: {hint}")
+    accepts = settings[name][1]
+    if type(value) is int and float in accepts:
+        return float(value)
+    if type(value) not in accepts:  # exactly: True is no int here, nor 1 a bool
+        kinds = " or ".join("None" if t is type(None) else t.__name__ for t in accepts)
+        sys.exit(f"error: {name} must be {kinds}, got {value!r} in {where}")
+    if value not in CHOICES.get(name, (value,)):
+        sys.exit(f"error: {name} must be one of {', '.join(CHOICES[name])}, got {value!r} in {where}")
+    return value
+
+
+def parse_arg(arg, settings):
+    """--key=value as {key: value}: the text for a str setting, else a Python literal (or the text).
+    A bare --flag sets a bool setting to True."""
+    name, has_value, text = arg[2:].partition("=")
+    if not has_value:
+        if settings.get(name, (None, ()))[1] == (bool,):
+            return {name: True}
+        sys.exit(f"error: {arg} needs a value: --{name}=VALUE")
+    try:
+        return {name: text if settings.get(name, (None, ()))[1] == (str,) else ast.literal_eval(text)}
+    except (ValueError, SyntaxError):
+        return {name: text}
+
+
+def read_config_file(path):
+    """The settings a config file assigns (it is Python: it may import a shared base)."""
+    if not Path(path).is_file():
+        sys.exit(f"error: no config file {path}; settings are given as --key=value")
+    namespace = {}
+    try:
+        exec(Path(path).read_text(), namespace)
+    except Exception as e:  # a missing file, a syntax error, ...
+        sys.exit(f"error: config file {path}: {type(e).__name__}: {e}")
+    return {k: v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, types.ModuleType)}
+
+
+def print_help(text):
+    """Print text and exit 0, quietly when a reader such as `| head` closed the pipe early."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush fails no more
+    sys.exit(0)
+
+
+def parse_settings(argv, script):
+    """(all settings, those given): the defaults of the script at path script, then config files and
+    --key=value in the order given. --help prints the script's docstring and its settings."""
+    if "--help" in argv or "-h" in argv:
+        doc = ast.get_docstring(ast.parse(Path(script).read_text()), clean=False).strip()
+        print_help(doc + "\n\nsettings, their defaults and what they do:\n" + settings_block(script))
+    settings, given = read_settings(script), {}
+    for arg in argv:
+        pairs = parse_arg(arg, settings) if arg.startswith("--") else read_config_file(arg)
+        given.update({name: checked(name, value, settings, arg) for name, value in pairs.items()})
+    return {name: default for name, (default, _) in settings.items()} | given, given
+
+
+# ------------------------------------------------------------------------ what the settings select
+
+def first_line(e):
+    """An exception as one line: its type and the first line of its message."""
+    return f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
+
+
+def pick_device(device):
+    """The device setting ('auto': cuda when available), checked to be usable here. Under torchrun a GPU
+    is this process's own, cuda:LOCAL_RANK."""
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    if device.startswith("cuda") and "LOCAL_RANK" in os.environ:
+        device = f"cuda:{os.environ['LOCAL_RANK']}"
+    try:
+        torch.empty(0, device=device)
+    except Exception as e:
+        sys.exit(f"error: device {device!r} is not usable here ({first_line(e)})")
+    return device
+
+
+def pick_dtype(dtype, device):
+    """The dtype setting: 'auto' is bfloat16 on CUDA, float32 elsewhere."""
+    return ("bfloat16" if device.startswith("cuda") else "float32") if dtype == "auto" else dtype
+
+
+def autocast(device, dtype):
+    """The context a forward pass runs in: bf16 autocast, or nothing for float32."""
+    return torch.autocast(torch.device(device).type, torch.bfloat16) if dtype == "bfloat16" else nullcontext()
+
+
+def device_peak_flops(cfg, device):
+    """(GPU name or "", its dense bf16 FLOP/s for MFU): the peak_flops setting, else looked up by name."""
+    gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else ""
+    return gpu, cfg.peak_flops or next((flops for name, flops in PEAK_FLOPS if name in gpu), None)
+
+
+def model_config(cfg, meta):
+    """The GPTConfig of settings cfg on a dataset with this meta.json; a bad setting is a one-line error."""
+    args = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(GPTConfig) if f.name != "vocab_size"}
+    vocab = meta["vocab_size"]  # GPT-2's 50257 tokens padded to 50304: matmuls run faster on multiples of 64
+    try:
+        return GPTConfig(**args, vocab_size=64 * math.ceil(vocab / 64) if meta["tokenizer"] == "gpt2" else vocab)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+
+
+def read_events(path):
+    """The events of a run's log.jsonl (none if it is missing), less a line cut short by a crash."""
+    events = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass
+    return events
