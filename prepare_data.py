@@ -2,6 +2,8 @@
 
 A shard is llm.c / modded-nanogpt's format: a 256 x int32 header (magic 20240520, version 1,
 token count), then the tokens as uint16. meta.json, written last, marks a folder as complete.
+Processes building one folder take turns (a lock), and a build that fails or is killed keeps its
+finished shards: run again with the same arguments, it resumes after the last of them.
 get_batch draws train.py's batches from them.
 
     python prepare_data.py pystdlib                          # the offline default, character-level
@@ -12,17 +14,21 @@ import argparse
 import codecs
 import collections
 import contextlib
+import fcntl
 import glob
 import hashlib
+import itertools
 import json
 import multiprocessing
 import multiprocessing.pool
 import os
 import pathlib
+import re
 import socket
 import sys
 import sysconfig
 import time
+import urllib.parse
 import urllib.request
 
 import numpy as np
@@ -31,7 +37,9 @@ from tqdm import tqdm
 
 MAGIC, VERSION, HEADER_BYTES = 20240520, 1, 1024
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
-BATCH_CHARS = 1 << 20  # text per worker task: big enough that pickling costs little next to tokenizing
+BATCH_CHARS = 1 << 20  # text per worker task, and per piece of a .txt file: pickling costs little next to it
+SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)")  # after a newline between non-spaces: see _txt_pieces
+PROGRESS = "progress.json"  # an unfinished build's shards so far and where its text stands: what a rerun resumes
 DATASETS = {  # name: (default tokenizer, one line for --help)
     "shakespeare_char": ("char", "tiny Shakespeare by characters (nanoGPT's classic): --input FILE or downloaded"),
     "shakespeare": ("gpt2", "tiny Shakespeare, GPT-2 BPE: --input FILE or downloaded"),
@@ -66,6 +74,10 @@ def _atomic_write(path, *chunks):
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _write_json(path, obj):
+    _atomic_write(path, json.dumps(obj, indent=1, ensure_ascii=False).encode())
 
 
 def write_shard(path, tokens):
@@ -173,7 +185,7 @@ def get_tokenizer(meta):
 def _char_table(docs):
     """The sorted characters of the whole text, val and train."""
     chars = set()
-    for _, text in docs():
+    for _, text, _ in docs():
         chars.update(text)
     if len(chars) > 2**16:
         raise SystemExit(f"error: the text has {len(chars):,} distinct characters, more than a uint16 shard holds; "
@@ -186,17 +198,18 @@ def _first_chars(docs, cap):
     character table must not see text that will not be written."""
     def capped():
         n = 0
-        for split, text in docs():
+        for split, text, first in docs():
             if n >= cap:
                 return
-            yield split, text[:cap - n]
+            yield split, text[:cap - n], first
             n += min(len(text), cap - n)
     return capped
 
 
 # ----------------------------------------------------------------------------- sources
-# A source returns (docs, description, size in bytes or None); docs() yields (split, text) pairs afresh
-# on each call, decoding lazily, with split None where --val_tokens decides.
+# A source returns (docs, description, size in bytes or None); docs() yields (split, text, first) afresh
+# on each call, decoding lazily: split None where --val_tokens decides, and first False for the later
+# pieces of a document cut for memory (no end-of-text token goes before them).
 
 def _local_files(patterns):
     """Files named or matched by globs, each existing and non-empty, in sorted order per pattern."""
@@ -232,7 +245,7 @@ def _shakespeare(inputs):
     def docs():
         text = raw.decode("utf-8", "normgpt_replace")
         n = int(len(text) * 0.9)  # nanoGPT's split: the first 90% of the characters train, the rest val
-        return iter([("val", text[n:]), ("train", text[:n])])
+        return iter([("val", text[n:], True), ("train", text[:n], True)])
 
     return docs, source, len(raw)
 
@@ -243,7 +256,7 @@ def _pystdlib():
         subfolders[:] = [d for d in subfolders if d not in ("test", "tests", "idle_test", "site-packages")]
         files += [pathlib.Path(folder, name) for name in names if name.endswith(".py")]
     files.sort()
-    docs = lambda: ((None, p.read_bytes().decode("utf-8", "normgpt_replace")) for p in files)
+    docs = lambda: ((None, p.read_bytes().decode("utf-8", "normgpt_replace"), True) for p in files)
     source = f"{len(files)} .py files of the Python {sys.version.split()[0]} standard library in {root}"
     return docs, source, sum(p.stat().st_size for p in files)
 
@@ -257,6 +270,23 @@ def _stream(what, fix, *args, **kwargs):
         raise SystemExit(f"error: cannot read {what}: {(str(e).strip() or type(e).__name__).splitlines()[0]}; {fix}")
 
 
+def _txt_pieces(path):
+    """A .txt file as one document, in pieces of about BATCH_CHARS characters: no file is ever held whole.
+    A piece ends at a newline between two non-space characters, where GPT-2's pre-tokenizer splits anyway,
+    so the pieces' tokens are the whole text's. Not at any newline: '\\n  x' pre-tokenizes as '\\n ', ' x',
+    but cut after the newline as '\\n', ' ', ' x'. A stretch without such a newline stays in one piece."""
+    with open(path, encoding="utf-8", errors="normgpt_replace") as f:  # universal newlines, as datasets reads
+        text, first = "", True
+        while block := f.read(BATCH_CHARS):
+            text += block
+            cut = max((m.start() for m in SAFE_CUT.finditer(text, len(text) - len(block))), default=0)
+            if cut:
+                yield None, text[:cut], first
+                text, first = text[cut:], False
+        if text:
+            yield None, text, first
+
+
 def _text_files(inputs, column):
     if not inputs:
         raise SystemExit("error: the text dataset needs --input FILE|GLOB ... (.txt, .jsonl, .json, .parquet)")
@@ -268,13 +298,14 @@ def _text_files(inputs, column):
 
     def docs():
         for builder, files in groups.items():
-            options = {"sample_by": "document", "encoding_errors": "normgpt_replace"} if builder == "text" else {}
-            what = f"{files[0]} ({len(files)} {builder} files)"
-            for row in _stream(what, "check them", builder, data_files=files, **options):
+            if builder == "text":
+                yield from (piece for path in files for piece in _txt_pieces(path))
+                continue
+            for row in _stream(f"{files[0]} ({len(files)} {builder} files)", "check them", builder, data_files=files):
                 if column not in row:
                     raise SystemExit(f"error: {files[0]} has no column {column!r} (it has {', '.join(row)}); "
                                      "pass --text_column NAME")
-                yield None, row[column] or ""
+                yield None, row[column] or "", True
 
     files = [f for group in groups.values() for f in group]
     return docs, f"{len(files)} local files: {', '.join(files)}", sum(os.path.getsize(f) for f in files)
@@ -283,15 +314,18 @@ def _text_files(inputs, column):
 def _hub(dataset):
     repo, config = HUB[dataset]
     fix = "for local files use:  python prepare_data.py text --input FILES"
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"  # a mirror, if the user set one
     offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if os.environ.get(v, "").lower() in ("1", "true")]
     try:  # fail in seconds, not after datasets' retries
-        if offline:
-            raise OSError(f"{offline[0]} is set")
-        if not urllib.request.getproxies().get("https"):  # behind a proxy, only datasets itself can tell
-            socket.create_connection(("huggingface.co", 443), timeout=3).close()
-    except OSError as e:
-        raise SystemExit(f"error: cannot reach the Hugging Face hub for {repo} ({e}); {fix}")
-    docs = lambda: ((None, row["text"]) for row in _stream(repo, fix, repo, config))
+        url = urllib.parse.urlsplit(endpoint)
+        if offline or not url.hostname:
+            raise OSError(f"{offline[0]} is set" if offline else "HF_ENDPOINT is not a URL like https://host")
+        if not urllib.request.getproxies().get(url.scheme):  # behind a proxy, only datasets itself can tell
+            port = url.port or (443 if url.scheme == "https" else 80)
+            socket.create_connection((url.hostname, port), timeout=3).close()
+    except (OSError, ValueError) as e:  # ValueError: a port that is not a number
+        raise SystemExit(f"error: cannot reach the Hugging Face hub at {endpoint} for {repo} ({e}); {fix}")
+    docs = lambda: ((None, row["text"], True) for row in _stream(repo, fix, repo, config))
     return docs, f"{repo} ({config or 'default'}) from the Hugging Face hub", None
 
 
@@ -322,11 +356,11 @@ def _encode_texts(texts):
 
 
 def _batches(docs):
-    """Group (split, text) pairs into lists of about BATCH_CHARS characters."""
+    """Group (split, text, first) triples into lists of about BATCH_CHARS characters."""
     batch, size = [], 0
-    for split, text in docs:
-        batch.append((split, text))
-        size += len(text)
+    for doc in docs:
+        batch.append(doc)
+        size += len(doc[1])
         if size >= BATCH_CHARS:
             yield batch
             batch, size = [], 0
@@ -335,8 +369,8 @@ def _batches(docs):
 
 
 def _tokenized(docs, meta, workers):
-    """Yield (splits, token arrays) batch by batch, in order. At most two batches per worker are in
-    flight: Pool.imap would read ahead through the whole stream and hold it in memory."""
+    """Yield ([(split, first)], token arrays) batch by batch, in order. At most two batches per worker are
+    in flight: Pool.imap would read ahead through the whole stream and hold it in memory."""
     if workers == 1:  # a thread: no fork, no pickling
         pool = multiprocessing.pool.ThreadPool(1, _init_worker, (meta,))
     else:  # fork, not spawn: spawn re-runs the __main__ script, e.g. train.py when it prepares pystdlib
@@ -344,43 +378,55 @@ def _tokenized(docs, meta, workers):
     with pool:
         pending = collections.deque()
         for batch in _batches(docs):
-            pending.append(([s for s, _ in batch], pool.apply_async(_encode_texts, ([t for _, t in batch],))))
+            labels = [(split, first) for split, _, first in batch]
+            pending.append((labels, pool.apply_async(_encode_texts, ([text for _, text, _ in batch],))))
             if len(pending) >= 2 * workers:
-                splits, result = pending.popleft()
-                yield splits, result.get()
-        for splits, result in pending:
-            yield splits, result.get()
+                labels, result = pending.popleft()
+                yield labels, result.get()
+        for labels, result in pending:
+            yield labels, result.get()
 
 
 class _ShardWriter:
-    """Routes documents to val and train and writes each shard as it fills: memory is one shard at most."""
+    """Routes documents to val and train and writes each shard as it fills: memory is one shard at most.
+    After each shard, progress.json records the shards so far and the state at the start of the document
+    in progress (its mark); a build resumed from it re-reads that document and drops what is written."""
 
-    def __init__(self, out, shard_tokens, val_tokens, cap, eot):
-        self.out, self.val_tokens, self.cap, self.eot = out, val_tokens, cap, eot
-        self.buffer, self.n, self.split, self.streams = np.empty(shard_tokens, np.uint16), 0, "val", set()
-        self.tokens, self.shards = {"val": 0, "train": 0}, {"val": [], "train": []}
+    def __init__(self, out, meta, shard_tokens, val_tokens, cap, progress=None):
+        self.out, self.meta, self.val_tokens, self.cap, self.eot = out, meta, val_tokens, cap, meta["eot_token"]
+        self.buffer, self.n, self.split = np.empty(shard_tokens, np.uint16), 0, "val"
+        progress = progress or dict(shards={"val": [], "train": []},
+                                    mark=dict(doc=0, tokens={"val": 0, "train": 0}, streams=[]))
+        self.shards, self.mark = progress["shards"], progress["mark"]
+        self.docs, self.tokens, self.streams = self.mark["doc"], dict(self.mark["tokens"]), set(self.mark["streams"])
+        # tokens of the document in progress that are already in the shards
+        self.skip = sum(s["tokens"] for split in self.shards.values() for s in split) - sum(self.tokens.values())
 
     def full(self):
         return bool(self.cap) and self.tokens["val"] + self.tokens["train"] >= self.cap
 
-    def add_document(self, split, tokens):
-        """Append a document to its split's stream, or with split None to the one stream whose first
-        val_tokens tokens are held out. GPT-2 documents in a stream are separated by EOT."""
+    def add(self, split, tokens, first):
+        """Append a document (or, first False, a later piece of one) to its split's stream, or with split
+        None to the one stream whose first val_tokens tokens are held out. GPT-2 documents are separated
+        by EOT. A val document holds at most val_tokens too: shakespeare* under --num_tokens."""
+        self.mark = dict(doc=self.docs, tokens=dict(self.tokens), streams=list(self.streams))
+        self.docs += 1
         if not len(tokens) or self.full():
             return
-        if self.eot is not None and split in self.streams:
+        if first and self.eot is not None and split in self.streams:
             tokens = np.concatenate(([self.eot], tokens)).astype(np.uint16)
         self.streams.add(split)
         if self.cap:
             tokens = tokens[:self.cap - self.tokens["val"] - self.tokens["train"]]
-        if split is None:
-            cut = max(0, self.val_tokens - self.tokens["val"])
-        else:
-            cut = len(tokens) if split == "val" else 0
+        cut = 0 if split == "train" else max(0, self.val_tokens - self.tokens["val"])
         self._append("val", tokens[:cut])
-        self._append("train", tokens[cut:])
+        if split != "val":
+            self._append("train", tokens[cut:])
 
     def _append(self, split, tokens):
+        if self.skip:  # resumed: these tokens are in a shard already
+            take = min(self.skip, len(tokens))
+            self.skip, self.tokens[split], tokens = self.skip - take, self.tokens[split] + take, tokens[take:]
         if len(tokens) and split != self.split:  # val comes first; its last shard ends where train begins
             self.flush()
             self.split = split
@@ -397,26 +443,28 @@ class _ShardWriter:
             sha = write_shard(self.out / name, self.buffer[:self.n])
             self.shards[self.split].append({"file": name, "tokens": self.n, "sha256": sha})
             self.n = 0
+            _write_json(self.out / PROGRESS, dict(meta=self.meta, val_tokens=self.val_tokens,
+                                                  shards=self.shards, mark=self.mark))
 
 
-def _write_shards(docs, meta, out, val_tokens, cap, shard_tokens, workers):
-    """Tokenize docs in parallel into val then train shards; returns the token counts and shards."""
-    writer, t0 = _ShardWriter(out, shard_tokens, val_tokens, cap, meta["eot_token"]), time.time()
-    bar = tqdm(unit="doc", disable=None, file=sys.stderr, desc=f"tokenizing {meta['dataset']}")
-    with contextlib.closing(_tokenized(docs(), meta, workers)) as batches:  # stops the workers on any exit
-        for splits, arrays in batches:
-            for split, tokens in zip(splits, arrays):
-                writer.add_document(split, tokens)
+def _write_shards(docs, writer, workers):
+    """Tokenize docs in parallel into val then train shards, after the documents the writer already holds."""
+    bar = tqdm(unit="doc", disable=None, file=sys.stderr, desc=f"tokenizing {writer.meta['dataset']}",
+               initial=writer.docs)
+    stream = itertools.islice(docs(), writer.docs, None)  # read, not tokenized, up to where the shards end
+    with contextlib.closing(_tokenized(stream, writer.meta, workers)) as batches:  # stops the workers on any exit
+        for labels, arrays in batches:
+            for (split, first), tokens in zip(labels, arrays):
+                writer.add(split, tokens, first)
             bar.update(len(arrays))
-            bar.set_postfix_str(f"{sum(writer.tokens.values()) / (time.time() - t0):,.0f} tokens/s", refresh=False)
+            bar.set_postfix_str(f"{sum(writer.tokens.values()):,} tokens", refresh=False)
             if writer.full():
                 break
     bar.close()
     writer.flush()
     if not writer.tokens["train"]:
-        raise SystemExit(f"error: no training tokens: all {writer.tokens['val']:,} tokens of the text are held out; "
-                         "lower --val_tokens or use more text")
-    return writer.tokens, writer.shards
+        fix = "lower --val_tokens or use more text" if None in writer.streams else "use more text"  # shakespeare*
+        raise SystemExit(f"error: no training tokens: all {writer.tokens['val']:,} tokens of the text are held out; {fix}")
 
 
 # ----------------------------------------------------------------------------- the build
@@ -427,70 +475,109 @@ def _default_val_tokens(cap, size, tokenizer):
     return max(1, min(100_000_000, min(estimates) // 20)) if estimates else 100_000_000
 
 
-def _complete_args(out):
-    """The args a complete build in out was made with, or None (no meta.json, or a shard gone or cut)."""
+def _record(out, name):
+    """out/name (meta.json or progress.json) if it reads and every shard it lists is whole, else None."""
     try:
-        meta = json.loads((out / "meta.json").read_text())
-        shards = [s for split in meta["shards"].values() for s in split]
-        intact = all((out / s["file"]).stat().st_size == HEADER_BYTES + 2 * s["tokens"] for s in shards)
-        return meta["args"] if intact else None
-    except (OSError, ValueError, KeyError, TypeError):
+        record = json.loads((out / name).read_text())
+        shards = itertools.chain(*record["shards"].values())
+        return record if all((out / s["file"]).stat().st_size == HEADER_BYTES + 2 * s["tokens"] for s in shards) else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def _clear(out):
-    """Remove a previous build, meta.json first so the folder never looks complete while it changes."""
-    for pattern in ("meta.json", "val_*.bin", "train_*.bin", "*.tmp"):
-        for path in out.glob(pattern):
-            path.unlink()
+def _prepared(out, args):
+    """True when out holds a complete build made with args; an error when it holds one made with others."""
+    previous = (_record(out, "meta.json") or {}).get("args")
+    if previous is not None and previous != args:
+        changed = ", ".join(f"{k} {previous.get(k)!r} -> {v!r}" for k, v in args.items() if previous.get(k) != v)
+        raise SystemExit(f"error: {out} was prepared with other arguments ({changed}); pass --force to rebuild it")
+    if previous is not None:
+        print(f"{out} is already prepared with these arguments: nothing to do (--force rebuilds it)")
+    return previous is not None
+
+
+@contextlib.contextmanager
+def _locked(out):
+    """Hold out's lock while building it: another process building it waits, then finds it built.
+    A POSIX lock (lockf) is released when its process dies, even by kill -9, is not inherited by forked
+    workers, and holds over NFS. The lock file stays: a process waiting on a removed one would hold it alone."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "a") as f:
+        try:
+            fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            print(f"waiting for another process building {out}", file=sys.stderr)
+            fcntl.lockf(f, fcntl.LOCK_EX)
+        yield
 
 
 def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
-    """Write the shards, then meta.json; on any failure remove what was written (no partial output)."""
-    created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    _clear(out)
+    """Write the shards, then meta.json. A build that fails or is killed keeps its finished shards and
+    progress.json; run again with the same arguments, it resumes after the last of them."""
+    progress = _record(out, PROGRESS)
+    if progress and (progress["meta"], progress["val_tokens"]) != (meta, val_tokens):
+        progress = None  # another text or other arguments: start afresh
+    keep = {PROGRESS, *(s["file"] for s in itertools.chain(*progress["shards"].values()))} if progress else set()
+    for pattern in ("meta.json", PROGRESS, "val_*.bin", "train_*.bin", "*.tmp"):  # meta.json first: never
+        for path in out.glob(pattern):                                         # complete while it changes
+            if path.name not in keep:
+                path.unlink()
+    if progress:
+        print(f"resuming the build of {out} after its {len(keep) - 1} finished shards", file=sys.stderr)
     _replaced.clear()
-    t0 = time.time()
+    writer, t0 = _ShardWriter(out, meta, shard_tokens, val_tokens, cap, progress), time.time()
+    resumed = sum(writer.tokens.values())
     try:
-        meta["tokens"], meta["shards"] = _write_shards(docs, meta, out, val_tokens, cap, shard_tokens, workers)
-        _atomic_write(out / "meta.json", json.dumps(meta, indent=1, ensure_ascii=False).encode())
+        _write_shards(docs, writer, workers)
     except BaseException:
-        _clear(out)
-        if created and not any(out.iterdir()):
-            out.rmdir()
+        if any(writer.shards.values()):
+            print(f"kept the finished shards in {out}: the same command resumes after them", file=sys.stderr)
         raise
+    _write_json(out / "meta.json", {**meta, "tokens": writer.tokens, "shards": writer.shards})
+    (out / PROGRESS).unlink(missing_ok=True)
     if _replaced["bytes"]:
         print(f"warning: {_replaced['bytes']:,} bytes of invalid UTF-8 were replaced with U+FFFD", file=sys.stderr)
-    n, seconds = meta["tokens"], time.time() - t0
+    n, seconds = writer.tokens, time.time() - t0
     print(f"wrote {n['train']:,} train + {n['val']:,} val tokens ({meta['tokenizer']}, vocab {meta['vocab_size']:,}) "
-          f"to {out} in {seconds:.1f}s, {(n['train'] + n['val']) / seconds:,.0f} tokens/s")
+          f"to {out} in {seconds:.1f}s, {(n['train'] + n['val'] - resumed) / seconds:,.0f} tokens/s")
 
 
-def _index_shards(out, inputs, args):
-    """Write only meta.json for GPT-2 shards that already exist (llm.c's and modded-nanogpt's FineWeb
-    downloads use this format): they load unchanged from where they are; 'val' in a name means val."""
+def _shards_meta(out, inputs, args):
+    """meta.json for GPT-2 shards that already exist (llm.c's and modded-nanogpt's FineWeb downloads use
+    this format): they load unchanged from where they are; 'val' in a name means val."""
     files = _local_files(inputs)
     if not files or all("val" in f.name for f in files) or not any("val" in f.name for f in files):
         raise SystemExit("error: shards needs --input with train and val shards ('val' in the val files' names)")
-    out.mkdir(parents=True, exist_ok=True)
     shards = {"train": [], "val": []}
     for path in files:
-        with open(path, "rb") as f:
-            sha = hashlib.file_digest(f, "sha256").hexdigest()
+        sha = hashlib.sha256()
+        with open(path, "rb") as f:  # hashlib.file_digest would do this, from Python 3.11
+            for block in iter(lambda: f.read(1 << 20), b""):
+                sha.update(block)
         split = "val" if "val" in path.name else "train"
-        shards[split].append({"file": os.path.relpath(path, out), "tokens": len(read_shard(path)), "sha256": sha})
+        shards[split].append({"file": os.path.relpath(path, out), "tokens": len(read_shard(path)),
+                              "sha256": sha.hexdigest()})
     tokens = {split: sum(s["tokens"] for s in shards[split]) for split in shards}
-    meta = dict(dataset="shards", tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None,
+    print(f"indexing {tokens['train']:,} train + {tokens['val']:,} val tokens of {len(files)} shards in {out}/meta.json")
+    return dict(dataset="shards", tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None,
                 source=f"{len(files)} existing shards: {', '.join(map(str, files))}", args=args,
                 tokens=tokens, shards=shards)
-    _atomic_write(out / "meta.json", json.dumps(meta, indent=1).encode())
-    print(f"indexed {tokens['train']:,} train + {tokens['val']:,} val tokens of {len(files)} shards in {out}/meta.json")
+
+
+def _tokenizer_meta(dataset, docs, source, args):
+    """meta.json's description of the tokenizer; char-level, a first pass over the text finds its characters."""
+    chars = _char_table(docs) if args["tokenizer"] == "char" else None
+    if args["tokenizer"] == "char" and not chars:
+        raise SystemExit(f"error: no text in {source}")
+    enc = _gpt2() if args["tokenizer"] == "gpt2" else None  # fails here, before any output, when it cannot load
+    return dict(dataset=dataset, tokenizer=args["tokenizer"], vocab_size=enc.n_vocab if enc else len(chars),
+                eot_token=enc.eot_token if enc else None, chars=chars, source=source, args=args)
 
 
 def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, val_tokens=None,
             shard_tokens=100_000_000, workers=None, force=False, text_column="text"):
-    """Build out (default data/DATASET) from a dataset, unless it is already built with these arguments."""
+    """Build out (default data/DATASET) from a dataset, unless it is already built with these arguments.
+    Processes building the same folder take turns: a later one waits, then finds the folder built."""
     if dataset not in DATASETS:
         raise SystemExit(f"error: unknown dataset {dataset!r}; choose one of: {', '.join(DATASETS)}")
     counts = dict(num_tokens=num_tokens, val_tokens=val_tokens, shard_tokens=shard_tokens, workers=workers)
@@ -499,34 +586,37 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
             raise SystemExit(f"error: --{name} must be a positive integer, got {value!r}")
     if shard_tokens >= 2**31:
         raise SystemExit("error: --shard_tokens must be below 2**31, as the header counts tokens in an int32")
+    if val_tokens and dataset.startswith("shakespeare"):
+        raise SystemExit("error: shakespeare* holds out nanoGPT's last 10% of the text, so --val_tokens does not "
+                         "apply: drop it (under --num_tokens N, val keeps N/10 tokens and train the rest)")
+    if val_tokens and num_tokens and val_tokens >= num_tokens:
+        raise SystemExit(f"error: no training tokens: --val_tokens {val_tokens:,} holds out all of --num_tokens "
+                         f"{num_tokens:,}; lower --val_tokens")
     tokenizer, workers = tokenizer or DATASETS[dataset][0], workers or os.cpu_count()
     if tokenizer not in ("gpt2", "char"):
         raise SystemExit(f"error: unknown tokenizer {tokenizer!r}; choose gpt2 or char")
     out = pathlib.Path(out or pathlib.Path("data", dataset))
     args = dict(dataset=dataset, inputs=[os.path.abspath(p) for p in inputs], tokenizer=tokenizer,
                 num_tokens=num_tokens, val_tokens=val_tokens, shard_tokens=shard_tokens, text_column=text_column)
-    previous = _complete_args(out)
-    if previous == args and not force:
-        print(f"{out} is already prepared with these arguments: nothing to do (--force rebuilds it)")
+    if not force and _prepared(out, args):
         return out
-    if previous is not None and not force:
-        changed = ", ".join(f"{k} {previous.get(k)!r} -> {v!r}" for k, v in args.items() if previous.get(k) != v)
-        raise SystemExit(f"error: {out} was prepared with other arguments ({changed}); pass --force to rebuild it")
 
+    # Everything that can fail on bad input happens before the folder is made.
     if dataset == "shards":
-        _index_shards(out, inputs, args)
-        return out
-    docs, source, size = _source(dataset, list(inputs), text_column)  # checks inputs and network first
-    if tokenizer == "char" and num_tokens:
-        docs = _first_chars(docs, num_tokens)
-    chars = _char_table(docs) if tokenizer == "char" else None
-    if tokenizer == "char" and not chars:
-        raise SystemExit(f"error: no text in {source}")
-    enc = _gpt2() if tokenizer == "gpt2" else None  # fails here, before any output, when it cannot load
-    meta = dict(dataset=dataset, tokenizer=tokenizer, vocab_size=enc.n_vocab if enc else len(chars),
-                eot_token=enc.eot_token if enc else None, chars=chars, source=source, args=args)
-    val_tokens = val_tokens or _default_val_tokens(num_tokens, size, tokenizer)
-    _build(out, docs, meta, val_tokens, num_tokens, shard_tokens, workers)
+        meta = _shards_meta(out, inputs, args)
+        build = lambda: _write_json(out / "meta.json", meta)
+    else:
+        docs, source, size = _source(dataset, list(inputs), text_column)  # checks inputs and network first
+        if dataset.startswith("shakespeare"):  # the source splits 90/10; under a cap, val keeps a tenth of it
+            val_tokens = max(1, num_tokens // 10) if num_tokens else sys.maxsize
+        elif tokenizer == "char" and num_tokens:
+            docs = _first_chars(docs, num_tokens)
+        val_tokens = val_tokens or _default_val_tokens(num_tokens, size, tokenizer)
+        meta = _tokenizer_meta(dataset, docs, source, args)
+        build = lambda: _build(out, docs, meta, val_tokens, num_tokens, shard_tokens, workers)
+    with _locked(out):
+        if force or not _prepared(out, args):  # another process may have built it while this one waited
+            build()
     return out
 
 
@@ -543,7 +633,7 @@ def main(argv=None):
     add("--num_tokens", type=int, metavar="N", help="stop after this many tokens, val and train together")
     add("--val_tokens", type=int, metavar="N",
         help="held out: the first N tokens of the stream; default 5%% of the corpus, at most 100M "
-             "(shakespeare*: always nanoGPT's last 10%% of the characters)")
+             "(shakespeare*: nanoGPT's last 10%% of the text, its first N/10 tokens under --num_tokens N)")
     add("--shard_tokens", type=int, default=100_000_000, metavar="N", help="tokens per shard file (default 1e8)")
     add("--workers", type=int, default=os.cpu_count(), metavar="N", help="tokenizer processes (default: all cores)")
     add("--text_column", default="text", metavar="NAME", help="the column of .jsonl/.json/.parquet rows (text)")

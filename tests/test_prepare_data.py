@@ -1,7 +1,10 @@
 """prepare_data.py: shard format, round trips, splits, atomic and idempotent builds, offline errors."""
+import hashlib
+import itertools
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import sysconfig
@@ -17,11 +20,14 @@ from prepare_data import get_tokenizer, load_meta, prepare, read_shard, write_sh
 TINY_SHAKESPEARE = SHARED / "data" / "tinyshakespeare.txt"
 
 
+def split_tokens(out, split):
+    """The tokens of one split of a prepared folder, shards in order."""
+    return [t for s in load_meta(out)["shards"][split] for t in read_shard(out / s["file"]).tolist()]
+
+
 def split_text(out, split):
     """The decoded text of one split of a prepared folder, shards in order."""
-    meta = load_meta(out)
-    tokens = [t for s in meta["shards"][split] for t in read_shard(out / s["file"]).tolist()]
-    return get_tokenizer(meta)[1](tokens)
+    return get_tokenizer(load_meta(out))[1](split_tokens(out, split))
 
 
 def error_of(call, *args, **kwargs):
@@ -140,6 +146,18 @@ def test_num_tokens_caps_the_output_exactly(tmp_path, docs_jsonl):
     assert sum(load_meta(out)["tokens"].values()) == 333
 
 
+def test_shakespeare_under_num_tokens_keeps_nanogpts_90_10_split(tmp_path, shakespeare_file, shakespeare_text):
+    out = prepare("shakespeare_char", tmp_path / "out", inputs=[str(shakespeare_file)], num_tokens=30_000, workers=1)
+    n = int(len(shakespeare_text) * 0.9)
+    assert load_meta(out)["tokens"] == {"train": 27_000, "val": 3_000}
+    assert split_text(out, "train") == shakespeare_text[:27_000] and split_text(out, "val") == shakespeare_text[n:n + 3000]
+    message = error_of(prepare, "shakespeare_char", tmp_path / "val", inputs=[str(shakespeare_file)], val_tokens=100)
+    assert "--val_tokens" in message and "drop it" in message and not (tmp_path / "val").exists()
+    (tmp_path / "x.txt").write_text("x")  # too short to give a training split, whatever --val_tokens says
+    assert error_of(prepare, "shakespeare_char", tmp_path / "x", inputs=[str(tmp_path / "x.txt")]).endswith(
+        "held out; use more text")
+
+
 def test_pystdlib_builds_offline_from_the_first_sorted_files(tmp_path):
     out = prepare("pystdlib", tmp_path / "out", num_tokens=60_000, workers=1)
     root, files = pathlib.Path(sysconfig.get_paths()["stdlib"]), []
@@ -157,6 +175,22 @@ def test_parallel_workers_write_the_same_shards_as_one(tmp_path, monkeypatch):
     one = load_meta(prepare("pystdlib", tmp_path / "one", workers=1, **options))
     two = load_meta(prepare("pystdlib", tmp_path / "two", workers=2, **options))
     assert one["shards"] == two["shards"] and len(one["shards"]["train"]) > 1
+
+
+@needs_gpt2
+def test_a_txt_file_is_tokenized_in_pieces_with_the_whole_files_tokens(tmp_path, monkeypatch):
+    """With 1-character reads, every newline that may end a piece does: the tokens stay the whole text's
+    around indents, trailing spaces, runs of newlines and a no-break space (GPT-2 has a '\\n\\xa0' token),
+    and no EOT goes between pieces."""
+    lines = ["def f(x):", "    return x  ", "", "", "\xa0no-break", "", "plain", "x = 1  # trailing", "", "\tend"]
+    text = "\n".join(lines[i % len(lines)] + " " * (i % 4 // 3) for i in range(300))
+    (tmp_path / "big.txt").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(prepare_data, "BATCH_CHARS", 1)
+    pieces = list(prepare_data._txt_pieces(tmp_path / "big.txt"))
+    assert len(pieces) > 30 and "".join(piece for _, piece, _ in pieces) == text
+    assert [first for _, _, first in pieces] == [True] + [False] * (len(pieces) - 1)
+    out = prepare("text", tmp_path / "out", inputs=[str(tmp_path / "big.txt")], val_tokens=10, workers=1)
+    assert split_tokens(out, "val") + split_tokens(out, "train") == prepare_data._gpt2().encode_ordinary(text)
 
 
 def test_text_dataset_reads_txt_jsonl_and_parquet(tmp_path):
@@ -180,7 +214,7 @@ def test_rerun_does_nothing_and_force_rebuilds(tmp_path, shakespeare_file, capsy
     shards = load_meta(out)["shards"]
     prepare("shakespeare_char", out, inputs=[str(shakespeare_file)], workers=1, force=True)
     assert load_meta(out)["shards"] == shards and (out / "meta.json").stat().st_mtime_ns != stamps["meta.json"]
-    assert "--force" in error_of(prepare, "shakespeare_char", out, inputs=[str(shakespeare_file)], val_tokens=5)
+    assert "--force" in error_of(prepare, "shakespeare_char", out, inputs=[str(shakespeare_file)], num_tokens=5)
 
 
 def test_a_crash_mid_write_leaves_no_meta_json_and_the_rerun_completes(tmp_path, shakespeare_file):
@@ -199,15 +233,80 @@ def test_a_crash_mid_write_leaves_no_meta_json_and_the_rerun_completes(tmp_path,
     assert load_meta(out)["shards"] == load_meta(clean)["shards"] and not list(out.glob("*.tmp"))
 
 
-def test_an_error_mid_build_leaves_no_partial_output(tmp_path, shakespeare_file, monkeypatch):
-    def fail_after_first(path, tokens, write=write_shard):
-        if path.name != "val_000000.bin":
-            raise OSError("disk full")
-        return write(path, tokens)
-    monkeypatch.setattr(prepare_data, "write_shard", fail_after_first)
-    with pytest.raises(OSError):
-        prepare("shakespeare_char", tmp_path / "out", inputs=[str(shakespeare_file)], workers=1)
-    assert not (tmp_path / "out").exists()
+@needs_gpt2
+def test_a_stream_error_keeps_the_finished_shards_and_the_rerun_resumes_byte_for_byte(tmp_path, monkeypatch):
+    texts = [f"Document {i}. " + "Some words of text, " * (i % 11 + 1) for i in range(300)]
+    breaks_at = [200]
+
+    def hub(dataset):  # fineweb_edu offline: its stream breaks after breaks_at[0] documents
+        def docs():
+            for i, text in enumerate(texts):
+                if i == breaks_at[0]:
+                    raise SystemExit("error: cannot read HuggingFaceFW/fineweb-edu: connection reset by peer")
+                yield None, text, True
+        return docs, "a stream of 300 documents", None
+
+    monkeypatch.setattr(prepare_data, "_hub", hub)
+    monkeypatch.setattr(prepare_data, "BATCH_CHARS", 500)  # batches tokenized before the break
+    out, options = tmp_path / "out", dict(val_tokens=700, shard_tokens=1000, workers=1)
+    with pytest.raises(SystemExit, match="connection reset"):
+        prepare("fineweb_edu", out, **options)
+    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("*.bin")}
+    assert len(kept) > 2 and not (out / "meta.json").exists()
+    breaks_at[0] = None
+    prepare("fineweb_edu", out, **options)
+    clean = prepare("fineweb_edu", tmp_path / "clean", **options)
+    assert load_meta(out)["shards"] == load_meta(clean)["shards"]
+    assert {p.name: p.read_bytes() for p in out.glob("*.bin")} == {p.name: p.read_bytes() for p in clean.glob("*.bin")}
+    assert {name: (out / name).stat().st_mtime_ns for name in kept} == kept  # resumed, not rewritten
+
+
+SLOW_BUILD = """import sys, prepare_data
+write, written = prepare_data.write_shard, []
+def write_and_say(path, tokens):
+    if len(written) == int(sys.argv[2]):
+        sys.stdin.readline()  # holds here, part-way, until the test closes stdin (or kills it)
+    written.append(write(path, tokens))
+    print(path.name, flush=True)
+    return written[-1]
+prepare_data.write_shard = write_and_say
+prepare_data.prepare("pystdlib", sys.argv[1], num_tokens=200_000, shard_tokens=20_000, workers=1)
+"""
+
+
+def test_builds_of_one_folder_take_turns_and_resume_a_killed_one(tmp_path):
+    """first is killed -9 part-way while second waits; second resumes from first's shards and holds part-way
+    while third waits; third then finds the folder built and leaves it alone."""
+    out = tmp_path / "pystdlib"
+
+    def build(hold_after):
+        return subprocess.Popen([sys.executable, "-c", SLOW_BUILD, str(out), str(hold_after)], cwd=ROOT, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def wait_for_turn(build):  # its first line on stderr says it waits for the lock
+        return build.stderr.readline().startswith("waiting for another process building")
+
+    first = build(hold_after=3)
+    by_first = [first.stdout.readline().strip() for _ in range(3)]
+    second = build(hold_after=2)
+    assert wait_for_turn(second)
+    first.kill()
+    first.wait()
+    by_second = [second.stdout.readline().strip() for _ in range(2)]
+    third = build(hold_after=-1)
+    assert wait_for_turn(third)
+    by_second += re.findall(r"\S+\.bin", second.communicate(timeout=60)[0])  # closes its stdin: it goes on
+    by_third = third.communicate(timeout=60)[0]
+    assert second.returncode == third.returncode == 0
+    assert "nothing to do" in by_third and ".bin" not in by_third
+    meta = load_meta(out)
+    reference = prepare("pystdlib", tmp_path / "reference", num_tokens=200_000, shard_tokens=20_000, workers=1)
+    assert meta["shards"] == load_meta(reference)["shards"]
+    shards = [s["file"] for s in itertools.chain(*meta["shards"].values())]
+    assert shards == by_first + by_second  # second went on after first's shards
+    assert all(hashlib.sha256((out / s["file"]).read_bytes()).hexdigest() == s["sha256"]
+               for s in itertools.chain(*meta["shards"].values()))
+    assert sorted(p.name for p in out.iterdir()) == sorted([".lock", "meta.json", *shards])
 
 
 # ----------------------------------------------------------------------------- errors for the user
@@ -243,6 +342,22 @@ def test_hub_dataset_offline_fails_fast_naming_local_files(tmp_path):
     assert time.time() - start < 5 and "--input" in message and "text" in message
 
 
+def test_hub_check_dials_the_endpoint_in_hf_endpoint(tmp_path, monkeypatch):
+    dialed = []
+
+    def refuse(address, timeout):
+        dialed.append(address)
+        raise ConnectionRefusedError("connection refused")
+
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://hf-mirror.internal:8080")
+    monkeypatch.setattr(prepare_data.urllib.request, "getproxies", dict)
+    monkeypatch.setattr(prepare_data.socket, "create_connection", refuse)
+    message = error_of(prepare, "fineweb_edu", tmp_path / "out")
+    assert dialed == [("hf-mirror.internal", 8080)] and "at http://hf-mirror.internal:8080" in message
+
+
 def test_failed_shakespeare_download_says_to_use_input(tmp_path, monkeypatch):
     monkeypatch.setattr(prepare_data, "SHAKESPEARE_URL", "http://127.0.0.1:9/input.txt")  # nothing listens
     assert "--input path/to/input.txt" in error_of(prepare, "shakespeare_char", tmp_path / "out")
@@ -263,7 +378,7 @@ def test_command_line_help_and_errors():
     assert bad.returncode != 0 and bad.stderr.startswith("error: unknown dataset") and bad.stderr.count("\n") == 1
 
 
-def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path):
+def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path, monkeypatch):
     """Shards written byte for byte as modded-nanogpt's cached FineWeb are indexed in place, then read by
     train.py's loader exactly as written."""
     import types
@@ -277,10 +392,12 @@ def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path):
         written[name] = rng.integers(0, 50257, n).astype(np.uint16)
         (folder / name).write_bytes(header.tobytes() + written[name].tobytes())
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    monkeypatch.delattr(hashlib, "file_digest", raising=False)  # as on Python 3.10
     prepare("shards", tmp_path / "data" / "fineweb", inputs=[str(folder / "*.bin")])
     assert {p.name: p.read_bytes() for p in folder.glob("*.bin")} == before  # unchanged, not copied
     meta = load_meta(tmp_path / "data" / "fineweb")
     assert meta["tokenizer"] == "gpt2" and meta["tokens"] == {"train": 9000, "val": 3000}
+    assert [s["sha256"] for s in meta["shards"]["val"]] == [hashlib.sha256(before["fineweb_val_000000.bin"]).hexdigest()]
     cfg = types.SimpleNamespace(data_dir=str(tmp_path / "data"), dataset="fineweb", block_size=16, batch_size=8)
     _, data = train.load_dataset(cfg, master=True)
     x, y = prepare_data.get_batch(data["train"], np.random.default_rng(1), cfg, "cpu")
