@@ -2,9 +2,9 @@
 
 A shard is llm.c / modded-nanogpt's format: a 256 x int32 header (magic 20240520, version 1,
 token count), then the tokens as uint16. meta.json, written last, marks a folder as complete.
-Processes building one folder take turns (a lock), and a build that fails or is killed keeps its
-finished shards: run again with the same arguments, it resumes after the last of them.
-get_batch draws train.py's batches from them.
+get_batch draws train.py's batches from them. Processes building one folder take turns (a lock),
+and a build that fails or is killed keeps its finished shards: run again with the same arguments,
+it resumes after the last of them.
 
     python prepare_data.py pystdlib                          # the offline default, character-level
     python prepare_data.py shakespeare --input input.txt     # GPT-2 BPE
@@ -32,7 +32,6 @@ import urllib.parse
 import urllib.request
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 MAGIC, VERSION, HEADER_BYTES = 20240520, 1, 1024
@@ -120,6 +119,7 @@ def read_shard(path):
 def get_batch(shards, rng, cfg, device):
     """batch_size windows of a split's shards (paths, token counts) at positions drawn by rng: inputs x
     and their next tokens y, both (B, T), on device."""
+    import torch  # here, not on top: preparing data needs no torch
     paths, counts = shards
     room = np.maximum(counts - cfg.block_size, 0)  # window starts in each shard
     ends = np.cumsum(room)
