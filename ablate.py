@@ -19,6 +19,8 @@ which the command line sets as --<name>=...:
     nproc  N                       processes per run: N > 1 launches train.py through torchrun (default 1)
     jobs   J                       runs at once, the CPU's threads split among them (default 1)
 
+A value repeated in modes, seeds, lrs or a sweep (--seeds=1,1, --lrs=1e-3,0.001) is run once.
+
 Every other setting, from a config file or --key=value, is passed to each run of train.py as --key=value;
 the ablate_* lines are not, so train.py still rejects unknown settings. Per run ablate.py sets norm_mode,
 learning_rate, seed, out_dir, min_lr (at the config's ratio to learning_rate) and log_layer_stats=True
@@ -89,13 +91,16 @@ def configure(argv):
                 given[key] = configurator.checked(key, value, settings, arg)
     if swept := set(own["ablate_sweep"]) & set(PER_RUN):
         sys.exit(f"error: ablate.py sets {', '.join(swept)} per run: use --modes, --lrs or --seeds, not --sweep")
-    sweep = {k: [configurator.checked(k, v, settings, "the sweep") for v in vs] for k, vs in own["ablate_sweep"].items()}
-    modes = list(NORM_MODES) if own["ablate_modes"] == "all" else own["ablate_modes"]
+    unique = lambda values: list(dict.fromkeys(values))  # in order, each once: a repeated value would run twice
+    sweep = {k: unique(configurator.checked(k, v, settings, "the sweep") for v in vs)
+             for k, vs in own["ablate_sweep"].items()}
+    modes = unique(NORM_MODES if own["ablate_modes"] == "all" else own["ablate_modes"])
     if bad := [m for m in modes if m not in NORM_MODES]:
         sys.exit(f"error: unknown mode {bad[0]!r} in modes: choose from all, {', '.join(NORM_MODES)}")
     base = {name: default for name, (default, _) in settings.items()} | given
-    seeds = [configurator.checked("seed", s, settings, "seeds") for s in own["ablate_seeds"] or [base["seed"]]]
-    lrs = own["ablate_lrs"] and [configurator.checked("learning_rate", lr, settings, "lrs") for lr in own["ablate_lrs"]]
+    seeds = unique(configurator.checked("seed", s, settings, "seeds") for s in own["ablate_seeds"] or [base["seed"]])
+    lrs = own["ablate_lrs"] and unique(configurator.checked("learning_rate", lr, settings, "lrs")
+                                       for lr in own["ablate_lrs"])
     return dict(modes=modes, seeds=seeds, lrs=lrs,
                 sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"],
                 given={"log_layer_stats": True} | given, base=base)
@@ -135,7 +140,7 @@ def read_log(folder):
     events = configurator.read_events(folder / "log.jsonl")
     end = events[-1] if events and events[-1]["event"] == "end" else None
     evals = [(e["iter"], e["val_loss"]) for e in events if e["event"] == "eval"]
-    speeds = [e["tokens_per_s"] for e in events if e["event"] == "train"]
+    speeds = [e["tokens_per_s"] for e in events if e["event"] == "train" and e["tokens_per_s"]]  # None: untimed
     status = end["status"] if end else "failed"
     if status == "finished" and evals and not math.isfinite(evals[-1][1]):
         status = "diverged"  # a finite training loss, but not the evaluation's

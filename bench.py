@@ -2,17 +2,21 @@
 Speed and memory of every norm mode, measured in one process and reported as ratios to `pre`.
 
     python bench.py                                    # 6 layers, 384 wide, block 256, batch 8, vocab 65
-    python bench.py configs/geonorm_125m.py --device=cuda --compile=on
+    python bench.py configs/geonorm_125m.py --device=cuda --compile=on   # GPT-2 small, vocab 50304
     python bench.py --modes=pre,geonorm --steps=20 --json
 
 A training step is forward, backward, clipping and the AdamW update, on random tokens. The modes take
 turns step by step, in an order that rotates every round, so drift on a shared machine hits all of
-them alike; each figure is a median. Peak memory is CUDA's max allocated, or on CPU the growth of
-the process's peak RSS during one step. Also measured: sampling tokens/s with and without the KV
-cache, and the data loader's batches/s. Any other --key=value is a train.py setting.
+them alike; each figure is a median. Peak memory is measured with one mode's model alive at a time:
+CUDA's max allocated during a step (weights, gradients, AdamW state and activations), or on CPU the
+growth of the process's peak RSS during one step. Also measured: sampling tokens/s with and without
+the KV cache, and the data loader's batches/s. Any other --key=value is a train.py setting; the
+vocabulary is the dataset's tokenizer's (GPT-2's 50304, padded, for fineweb_edu and the other BPE
+datasets; else 65 characters) unless --vocab_size sets it.
 """
 import argparse
 import ctypes
+import gc
 import json
 import statistics
 import sys
@@ -38,7 +42,7 @@ def parse(argv):
     parser.add_argument("--compile", default="both", choices=("both", "on", "off"), help="torch.compile the model")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per mode")
-    parser.add_argument("--vocab_size", type=int, default=65, help="vocabulary of the random tokens")
+    parser.add_argument("--vocab_size", type=int, help="vocabulary of the random tokens (default: the dataset's)")
     parser.add_argument("--sample_tokens", type=int, default=240, help="new tokens per sampling measurement")
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
     args, rest = parser.parse_known_args(argv)
@@ -52,6 +56,8 @@ def parse(argv):
         sys.exit("error: --steps must be at least 1")
     cfg, _ = configurator.parse_settings(BENCH_SHAPE + [f"--device={args.device}"] + rest, TRAIN)
     cfg["device"] = configurator.pick_device(cfg["device"])
+    if args.vocab_size is None:  # the head of a 50,257-token BPE vocabulary dominates a 125M model's memory
+        args.vocab_size = 50304 if prepare_data.DATASETS.get(cfg["dataset"], ("char",))[0] == "gpt2" else 65
     return args, modes, types.SimpleNamespace(**cfg)
 
 
@@ -100,6 +106,13 @@ class Runner:
         return (rss_kib("VmHWM") - before) / 1024
 
 
+def free(device):
+    """Return a deleted mode's memory, so that the next mode's peak is its own."""
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
 def sync(device):
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -114,12 +127,19 @@ def timed(fn, device):
 
 
 def bench_training(modes, cfg, args, compiled):
-    """Per mode: median step time, tokens/s, MFU, peak memory and the first (compiling) step's time."""
-    runners, first = {}, {}
+    """Per mode: median step time, tokens/s, MFU, peak memory and the first (compiling) step's time.
+    Memory first, one mode alive at a time; then the timing, with every mode alive to take turns."""
+    first, memory = {}, {}
     for mode in modes:
-        runners[mode] = Runner(mode, cfg, args.vocab_size, compiled)
-        first[mode] = timed(runners[mode].step, cfg.device)  # includes the compilation
-        runners[mode].step()  # a second warm-up: the optimizer state exists from here on
+        runner = Runner(mode, cfg, args.vocab_size, compiled)
+        first[mode] = timed(runner.step, cfg.device)  # includes the compilation
+        runner.step()  # a second warm-up: the optimizer state exists from here on
+        memory[mode] = runner.peak_memory_mb()
+        del runner
+        free(cfg.device)
+    runners = {mode: Runner(mode, cfg, args.vocab_size, compiled) for mode in modes}
+    for runner in runners.values():
+        runner.step()  # the optimizer state; a compiled model reuses the code compiled above
     times = {mode: [] for mode in modes}
     for r in range(args.steps):
         for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # rotate who goes first
@@ -132,7 +152,7 @@ def bench_training(modes, cfg, args, compiled):
             mode=mode, compile=compiled, step_ms=1000 * dt, ratio_to_pre=dt / base,
             tokens_per_s=cfg.batch_size * cfg.block_size / dt, first_step_s=first[mode],
             mfu=runner.model.estimate_mfu(cfg.batch_size, dt, peak) if peak else None,
-            peak_mem_mb=runner.peak_memory_mb()))
+            peak_mem_mb=memory[mode]))
     return results
 
 

@@ -27,8 +27,16 @@ from model import GPTConfig
 RULER = "# " + "-" * 98  # a script's settings are the assignments between the two lines that equal RULER
 CHOICES = dict(init_from=("scratch", "resume"), lr_schedule=("cosine", "wsd"), backend=("auto", "nccl", "gloo"),
                dtype=("auto", "float32", "bfloat16"))  # the values a setting of this name takes, in any script
-PEAK_FLOPS = (("B200", 2250e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("H800", 989e12),
-              ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L4", 121e12), ("4090", 165e12))
+AT_LEAST = (dict.fromkeys(("batch_size", "block_size", "eval_interval", "eval_iters", "log_interval", "n_layer",
+                           "n_head", "n_embd", "gradient_accumulation_steps", "ablate_jobs", "ablate_nproc"), 1)
+            | dict.fromkeys(("max_iters", "warmup_iters", "lr_decay_iters", "total_batch_size", "learning_rate",
+                             "min_lr", "weight_decay", "grad_clip", "dropout", "peak_flops"), 0))  # the least value
+# Dense bf16 tensor-core FLOP/s (no sparsity) from the vendors' datasheets, by the words of a GPU's name as
+# torch.cuda.get_device_name gives it; the longest name that matches wins ("H100 NVL" before "H100").
+PEAK_FLOPS = {"B200": 2250e12, "B100": 1750e12, "H200": 989e12, "H200 NVL": 835e12, "GH200": 989e12,
+              "H100": 989e12, "H100 PCIe": 756e12, "H100 NVL": 835e12, "H800": 989e12, "H20": 148e12,
+              "A100": 312e12, "A800": 312e12, "A10": 125e12, "L40S": 362e12, "L40": 181e12, "L4": 121e12,
+              "RTX 6000 Ada": 364e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
 
 
 # ---------------------------------------------------------------------------------------- settings
@@ -66,6 +74,8 @@ def checked(name, value, settings, where):
         sys.exit(f"error: {name} must be {kinds}, got {value!r} in {where}")
     if value not in CHOICES.get(name, (value,)):
         sys.exit(f"error: {name} must be one of {', '.join(CHOICES[name])}, got {value!r} in {where}")
+    if name in AT_LEAST and value is not None and value < AT_LEAST[name]:
+        sys.exit(f"error: {name} must be at least {AT_LEAST[name]}, got {value!r} in {where}")
     return value
 
 
@@ -147,10 +157,17 @@ def autocast(device, dtype):
     return torch.autocast(torch.device(device).type, torch.bfloat16) if dtype == "bfloat16" else nullcontext()
 
 
+def peak_flops_of(gpu):
+    """PEAK_FLOPS of the longest table name found in the GPU's name as whole words; None if none is."""
+    words = f" {gpu.replace('-', ' ')} "  # "NVIDIA A100-SXM4-80GB": the word A100, so A10 does not match it
+    names = [name for name in PEAK_FLOPS if f" {name} " in words]
+    return PEAK_FLOPS[max(names, key=len)] if names else None
+
+
 def device_peak_flops(cfg, device):
     """(GPU name or "", its dense bf16 FLOP/s for MFU): the peak_flops setting, else looked up by name."""
     gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else ""
-    return gpu, cfg.peak_flops or next((flops for name, flops in PEAK_FLOPS if name in gpu), None)
+    return gpu, cfg.peak_flops or (peak_flops_of(gpu) if gpu else None)
 
 
 def model_config(cfg, meta):

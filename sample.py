@@ -12,7 +12,12 @@ Past block_size: positions are learned, so cached keys and values belong to posi
 With the cache (use_cache=True), when the window is full its newest (block_size+1)//2 tokens are
 prefilled again at positions 0.. and generation goes on from there: the model sees between half a
 window and a full window of context. use_cache=False recomputes the last block_size tokens for every
-new token (nanoGPT's exact cropping), many times slower. Within block_size both give the same tokens.
+new token (nanoGPT's exact cropping), many times slower.
+
+Within block_size both compute the same logits, in a different order, so they agree up to rounding:
+in float32 to 1e-6..1e-4 of the logits' scale, the same tokens unless two candidates tie that closely;
+under bf16 autocast (dtype auto on CUDA) by bf16's rounding, about 1% of that scale, enough for greedy
+or seeded samples to take different paths where two tokens are close. --dtype=float32 when they must agree.
 """
 import os
 import sys
@@ -34,7 +39,7 @@ max_new_tokens = 500  # tokens generated per sample
 temperature = 0.8  # divides the logits: 1.0 samples the model's distribution, lower is safer, 0 is greedy
 top_k = 200  # sample among the k most likely tokens only; 0, or any k >= the vocabulary, keeps them all
 top_p = 1.0  # nucleus: the fewest most likely tokens whose probability reaches top_p, in (0, 1]; 1.0: all
-seed = 1337  # seeds the sampling; within block_size the cache does not change the samples
+seed = 1337  # seeds the sampling; within block_size and in float32 the cache does not change the samples
 device = "auto"  # 'cpu', 'cuda', 'cuda:1', 'mps'; auto: cuda when available
 dtype = "auto"  # 'float32', or 'bfloat16' autocast; auto: bfloat16 on CUDA, float32 elsewhere
 compile = False  # torch.compile the model: worth it for long samples on a GPU

@@ -11,6 +11,10 @@ Train a GPT with any of model.py's norm modes, on one device (CPU included) or m
 Settings: the defaults below, then (resuming) the checkpoint's, then config files (Python assignments)
 and --key=value arguments in the order given. Every random draw of a step, data and dropout alike, is
 a function of (seed, step, micro-batch), so a resumed run repeats an uninterrupted one bit for bit.
+
+SIGTERM and SIGINT, however many arrive (torchrun forwards each one it gets, so a worker often gets
+two), stop the run after the step in flight: no evaluation, a checkpoint at once, exit 0. The third
+SIGINT (Ctrl-C three times) stops at once, without a checkpoint.
 """
 import dataclasses
 import json
@@ -154,22 +158,30 @@ def get_lr(step, cfg):
     return cfg.min_lr + coeff * (cfg.learning_rate - cfg.min_lr)
 
 
-def train_step(model, data, cfg, ctx, device, step, rank, accum):
-    """Forward and backward over this process's micro-batches; returns their mean loss (a tensor)."""
+def micro_batch(data, cfg, device, step, g):
+    """Global micro-batch g of step and the seed of its dropout masks, (x, y, seed): a function of (seed, step, g)."""
+    rng = np.random.default_rng((cfg.seed, 0, step, g))
+    return *get_batch(data["train"], rng, cfg, device), int(rng.integers(2**63))
+
+
+def train_step(model, data, cfg, ctx, device, step, rank, accum, batch):
+    """Forward and backward over this process's micro-batches, the first given as batch; returns their mean
+    loss (a tensor) and the next step's first micro-batch. Processes x accum split the same batches alike."""
     total = torch.zeros((), device=device)
     for micro in range(accum):
-        g = rank * accum + micro  # global micro-batch index: processes x accum split the same batches alike
-        rng = np.random.default_rng((cfg.seed, 0, step, g))
-        x, y = get_batch(data["train"], rng, cfg, device)
+        x, y, dropout_seed = batch
         if cfg.dropout:  # the dropout masks, torch's only random draws: a function of (seed, step, g) too
-            torch.manual_seed(int(rng.integers(2**63)))
+            torch.manual_seed(dropout_seed)
         if isinstance(model, DDP):  # all-reduce the gradients after the last micro-batch only
             model.require_backward_grad_sync = micro == accum - 1
         with ctx:
             _, loss = model(x, y)
+        # read the next micro-batch (this step's, or the next step's first) while the device computes this one
+        g = rank * accum + micro
+        batch = micro_batch(data, cfg, device, *((step, g + 1) if micro + 1 < accum else (step + 1, rank * accum)))
         (loss / accum).backward()
         total += loss.detach()
-    return total / accum
+    return total / accum, batch
 
 
 @torch.no_grad()
@@ -231,9 +243,10 @@ def load_checkpoint(path):
 
 
 def trim_log(path, step):
-    """Keep the events up to step, the checkpoint's (none from scratch), and no old 'end': no step twice."""
+    """Keep the events up to step, the checkpoint's (none from scratch), and no old 'end': no step twice.
+    Rewritten atomically: a kill -9 midway leaves the old log whole."""
     keep = [e for e in configurator.read_events(path) if e["event"] != "end" and e["iter"] <= step]
-    path.write_text("".join(json.dumps(e) + "\n" for e in keep))
+    prepare_data._atomic_write(path, "".join(json.dumps(e) + "\n" for e in keep).encode())
 
 
 def provenance():
@@ -271,7 +284,11 @@ def build_model(cfg, meta, ckpt, device):
     if ckpt:
         try:  # keys saved from a compiled or DDP-wrapped model carry a prefix
             model.load_state_dict({re.sub(r"^(_orig_mod\.|module\.)+", "", k): v for k, v in ckpt["model"].items()})
-            optimizer.load_state_dict(ckpt["optimizer"])
+            # the moments of then, the hyperparameters of now (not the saved weight decay, betas, fused flag)
+            saved = ckpt["optimizer"]
+            groups = [old | {k: v for k, v in new.items() if k != "params"}
+                      for old, new in zip(saved["param_groups"], optimizer.param_groups)]
+            optimizer.load_state_dict(saved | {"param_groups": groups})
         except (RuntimeError, ValueError, KeyError) as e:
             sys.exit(f"error: the checkpoint in {cfg.out_dir} does not fit these settings ({str(e).splitlines()[0]}):"
                      " resume with the model settings it was trained with")
@@ -282,7 +299,8 @@ def open_log(cfg, resumed_at):
     """Write config.json, trim log.jsonl to the checkpoint's step, and open it; and wandb when asked for."""
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.json").write_text(json.dumps(dict(config=vars(cfg), **provenance()), indent=1))
+    config = json.dumps(dict(config=vars(cfg), **provenance()), indent=1)
+    prepare_data._atomic_write(out_dir / "config.json", config.encode())
     trim_log(out_dir / "log.jsonl", -1 if resumed_at is None else resumed_at)
     wandb = None
     if cfg.wandb_log:
@@ -305,14 +323,15 @@ def main(argv):
     meta, data = load_dataset(cfg, master)
     raw_model, optimizer, model_args = build_model(cfg, meta, ckpt, device)
     step, best_val = (ckpt["iter_num"], ckpt["best_val_loss"]) if ckpt else (0, math.inf)
-    resumed_at = last_saved = step if ckpt else None  # the eval at resumed_at is in the log already
+    last_saved = step if ckpt else None
+    evaluated = step if ckpt and ckpt.get("evaluated", True) else None  # the last step whose eval is in the log
     ckpt = None  # the model and optimizer hold what they need from it
     model = torch.compile(raw_model) if (device_type == "cuda" if cfg.compile is None else cfg.compile) else raw_model
     train_model = DDP(model, device_ids=[device] if device_type == "cuda" else None) if world > 1 else model
     tokens_per_step = cfg.batch_size * cfg.block_size * accum * world
     gpu, peak = configurator.device_peak_flops(cfg, device)
     say = print if master else lambda *args, **kwargs: None
-    log, wandb = open_log(cfg, resumed_at) if master else (None, None)
+    log, wandb = open_log(cfg, last_saved) if master else (None, None)
     say(f"{raw_model.get_num_params() / 1e6:.2f}M parameters on {gpu or device} in {dtype}, {tokens_per_step:,} tokens "
         f"per step = {world} processes x {accum} micro-batches x {cfg.batch_size} x {cfg.block_size}"
         + (f"; set peak_flops for MFU on a {gpu}" if gpu and not peak else ""))
@@ -326,24 +345,32 @@ def main(argv):
 
     def save():
         if master:
+            t0 = time.time()
             save_checkpoint(Path(cfg.out_dir) / "ckpt.pt", dict(
                 model=raw_model.state_dict(), optimizer=optimizer.state_dict(), model_args=model_args,
-                iter_num=step, best_val_loss=best_val, config=vars(cfg), meta=meta))
+                iter_num=step, evaluated=evaluated == step, best_val_loss=best_val, config=vars(cfg), meta=meta))
+            say(f"checkpoint of step {step} saved in {time.time() - t0:.1f} s", flush=True)
         return step
 
-    signals = []  # received: the loop saves and stops once the step in flight is done
-    def on_signal(signum, frame):
+    signals = []  # received: the loop stops after the step in flight, skips evaluation and saves at once
+    def on_signal(signum, frame):  # os.write, not print: a signal can land inside a print, which is not reentrant
         signals.append(signum)
-        signal.signal(signum, signal.SIG_DFL)  # a second one stops at once
-        print(f"{signal.Signals(signum).name}: saving a checkpoint after this step", flush=True)
+        if signals.count(signal.SIGINT) == 3:  # the deliberate way out: SIGINT's default action, no checkpoint
+            os.write(2, b"SIGINT three times: stopping now, without a checkpoint\n")
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        os.write(2, f"{signal.Signals(signum).name}: saving a checkpoint after this step (the third SIGINT "
+                    "stops at once)\n".encode())
     handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
     status, val_loss, step_times, train_time, first_step = None, None, [], 0.0, step
+    batch = micro_batch(data, cfg, device, step, rank * accum)  # from here on each step reads the next one's
     try:
         while True:
-            if (step % cfg.eval_interval == 0 or step == cfg.max_iters) and step != resumed_at:
+            if (step % cfg.eval_interval == 0 or step == cfg.max_iters) and step != evaluated and not status:
                 model.eval()
                 train_loss, val_loss = evaluate(model, data, cfg, ctx, device, rank, world)
+                evaluated = step
                 record("eval", iter=step, train_loss=train_loss, val_loss=val_loss, lr=get_lr(step, cfg))
                 if cfg.log_layer_stats and master:
                     x, y = get_batch(data["val"], np.random.default_rng((cfg.seed, 1, 1, 0)), cfg, device)
@@ -351,7 +378,8 @@ def main(argv):
                 model.train()
                 say(f"step {step}: train loss {train_loss:.4f}, val loss {val_loss:.4f}")
                 improved, best_val = val_loss < best_val, min(best_val, val_loss)
-                if step > 0 and (improved or cfg.always_save_checkpoint):
+                # last_saved == step: resumed from a stop's checkpoint, saved before its evaluation; record it now
+                if step > 0 and (improved or cfg.always_save_checkpoint or last_saved == step):
                     last_saved = save()
             if status or step >= cfg.max_iters:
                 break
@@ -359,34 +387,38 @@ def main(argv):
             t0, lr = time.time(), get_lr(step, cfg)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            loss = train_step(train_model, data, cfg, ctx, device, step, rank, accum)
-            grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip or math.inf).item()
-            shared = torch.stack([loss, torch.tensor(float(len(signals)), device=device)])
+            loss, batch = train_step(train_model, data, cfg, ctx, device, step, rank, accum, batch)
+            grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip or math.inf)
+            shared = torch.stack([loss, torch.full((), float(len(signals)), device=device)])  # full: no copy to wait on
             if world > 1:  # all processes agree on the loss, and on whether to stop
                 dist.all_reduce(shared)
-            loss, status = shared[0].item() / world, "interrupted" if shared[1].item() else None
+            loss, stop, grad_norm = torch.cat([shared, grad_norm.view(1)]).tolist()  # the step's one wait on the GPU
+            loss, status = loss / world, "interrupted" if stop else None
             if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # stop before the update spoils the weights
                 status = "diverged"
                 break
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            step_times.append(time.time() - t0)
-            train_time += step_times[-1]
+            if step > first_step + 1:  # this process's first step compiles and warms up: left out of the timing
+                step_times.append(time.time() - t0)
+                train_time += step_times[-1]
             if step % cfg.log_interval == 0:
-                dt = sum(step_times) / len(step_times)
-                mfu = raw_model.estimate_mfu(cfg.batch_size * accum, dt, peak) if peak else None
-                record("train", iter=step, train_loss=loss, lr=lr, grad_norm=grad_norm, ms_per_iter=1000 * dt,
-                       tokens_per_s=tokens_per_step / dt, mfu=mfu)
-                say(f"iter {step}: loss {loss:.4f}, {1000 * dt:.1f} ms/iter, {tokens_per_step / dt:,.0f} tokens/s"
-                    + (f", mfu {100 * mfu:.1f}%" if mfu else ""))
+                dt = sum(step_times) / len(step_times) if step_times else None  # None: the first step alone
+                mfu = raw_model.estimate_mfu(cfg.batch_size * accum, dt, peak) if peak and dt else None
+                record("train", iter=step, train_loss=loss, lr=lr, grad_norm=grad_norm, ms_per_iter=dt and 1000 * dt,
+                       tokens_per_s=dt and tokens_per_step / dt, mfu=mfu, timed_steps=len(step_times))
+                speed = f", {1000 * dt:.1f} ms/iter, {tokens_per_step / dt:,.0f} tokens/s" if dt else ""
+                untimed = f" (step {first_step + 1} untimed: compiling)" if step - first_step <= cfg.log_interval else ""
+                say(f"iter {step}: loss {loss:.4f}{speed}" + (f", mfu {100 * mfu:.1f}%" if mfu else "") + untimed)
                 step_times = []
 
         if status != "diverged" and last_saved != step:  # a diverged state is never saved
             last_saved = save()
         status = status or "finished"
+        speed = (step - first_step - 1) * tokens_per_step / train_time if train_time else None  # the timed steps'
         record("end", status=status, iter=step, best_val_loss=best_val if best_val < math.inf else None,
-               final_val_loss=val_loss, tokens_per_s=(step - first_step) * tokens_per_step / max(train_time, 1e-9))
+               final_val_loss=val_loss, tokens_per_s=speed)
         if world > 1:  # leave together: a process gone while the master still writes can abort the others
             dist.barrier()
         if status == "diverged":

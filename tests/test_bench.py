@@ -1,9 +1,13 @@
 """bench.py end to end: two modes, two steps, its JSON report."""
+import gc
 import json
+import os
 import subprocess
 import sys
 
+import bench
 from conftest import ROOT
+from model import GPT
 
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=2", "--sample_tokens=8"]
 
@@ -38,3 +42,21 @@ def test_bench_rejects_unknown_mode_and_setting():
     assert result.returncode != 0 and "error: unknown mode(s) rmsnorm" in result.stderr
     result = run_bench("--n_layers=2", "--steps=1", "--compile=off")
     assert result.returncode != 0 and "did you mean 'n_layer'?" in result.stderr
+
+
+def test_the_vocabulary_is_the_datasets_unless_given():
+    assert bench.parse([])[0].vocab_size == 65  # pystdlib: characters
+    assert bench.parse([os.path.join(ROOT, "configs", "geonorm_125m.py")])[0].vocab_size == 50304  # GPT-2, padded
+    assert bench.parse(["--dataset=fineweb_edu", "--vocab_size=1000"])[0].vocab_size == 1000
+
+
+def test_each_modes_peak_memory_is_measured_with_only_its_own_model_alive(monkeypatch):
+    args, modes, cfg = bench.parse([*TINY, "--modes=geonorm,simplenorm", "--steps=1"])
+    def models():  # GPT instances alive in this process
+        gc.collect()
+        return sum(type(o) is GPT for o in gc.get_objects())
+
+    before, alive, measure = models(), [], bench.Runner.peak_memory_mb
+    monkeypatch.setattr(bench.Runner, "peak_memory_mb", lambda self: alive.append(models() - before) or measure(self))
+    rows = bench.bench_training(modes, cfg, args, compiled=False)
+    assert alive == [1, 1, 1] and [r["mode"] for r in rows] == ["pre", "geonorm", "simplenorm"]

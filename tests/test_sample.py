@@ -1,5 +1,6 @@
 """sample.py and GPT.generate: the KV cache gives the no-cache tokens, the window slides past block_size as
 generate's docstring promises, top-k/top-p keep what they should, and every bad input is one line."""
+import contextlib
 import subprocess
 import sys
 
@@ -67,6 +68,27 @@ def test_cache_equals_no_cache_for_one_token_and_full_window_prompts(T):
     model, idx = random_model("geonorm"), prompt(T=T)
     n = max(1, BLOCK + 1 - T)
     assert torch.equal(generate(model, idx, n, True, temperature=0), generate(model, idx, n, False, temperature=0))
+
+
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_cache_and_no_cache_logits_agree_to_float32_rounding_and_differ_under_bf16(mode):
+    """README's claim, measured: in float32 the two paths agree to float32 rounding (1e-6..1e-4 of the
+    logits' scale here); under bf16 autocast they differ by bf16's rounding, orders of magnitude more."""
+    model, idx = random_model(mode, dtype=torch.float32), prompt(T=BLOCK)
+
+    def logits(ctx):  # (B, T, V) both ways: a forward over each prefix, and the cache fed a token at a time
+        with torch.no_grad(), ctx:
+            full = torch.cat([model(idx[:, :t])[0] for t in range(1, BLOCK + 1)], dim=1)
+            model.enable_kv_cache(True)
+            cached = torch.cat([model(idx[:, t:t + 1], pos=t)[0] for t in range(BLOCK)], dim=1)
+            model.enable_kv_cache(False)
+        return full.float(), cached.float()
+
+    full, cached = logits(contextlib.nullcontext())
+    fp32_gap = (full - cached).abs().max()
+    assert fp32_gap < 1e-3 * full.abs().max()
+    full, cached = logits(torch.autocast("cpu", torch.bfloat16))
+    assert not torch.equal(full, cached) and (full - cached).abs().max() > 30 * fp32_gap
 
 
 def test_batch_rows_are_generated_independently():
