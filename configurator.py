@@ -167,7 +167,7 @@ def peak_flops_of(gpu):
 def device_peak_flops(cfg, device):
     """(GPU name or "", its dense bf16 FLOP/s for MFU): the peak_flops setting, else looked up by name."""
     gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else ""
-    return gpu, cfg.peak_flops or (peak_flops_of(gpu) if gpu else None)
+    return gpu, cfg.peak_flops or peak_flops_of(gpu)
 
 
 def model_config(cfg, meta):
