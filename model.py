@@ -1,5 +1,5 @@
 """
-normgpt's GPT: nanoGPT's GPT-2 with six places to put the normalization.
+normgpt's GPT: nanoGPT's GPT-2, or a Llama-style block, with six places to put the normalization.
 
 The six norm modes differ in one place only, `Block.join`, which combines the residual stream x
 with a sub-layer f (attention or MLP). Everything else is shared. ../shared/NORM_MODES.md is the
@@ -11,6 +11,11 @@ specification; the section numbers in comments (§) refer to it.
     sandwich    x + LN(f(LN(x)))                        CogView (arXiv 2105.13290)
     geonorm     exp_x(a_k·v), v = f(LN(x)) ⟂ x          GeoNorm Eq. 3, 5 (arXiv 2601.22095)
     simplenorm  x + f(x), f normalizes after every W    SimpleGPT §4.1 (arXiv 2602.01212)
+
+The block family, `arch` (§11), swaps the parts around that placement and keeps the placement:
+
+    gpt2   learned positions   GELU MLP, 4d                LayerNorm   tied head     nanoGPT init
+    llama  rotary q and k      SwiGLU MLP, about 8d/3      RMSNorm     untied head   torchtitan init
 """
 
 import math
@@ -20,6 +25,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+ARCHS = ("gpt2", "llama")
 NORM_MODES = ("post", "pre", "deep", "sandwich", "geonorm", "simplenorm")
 GEO_DECAYS = ("harmonic", "sqrt", "linear", "none")
 GEO_RADII = ("sqrt_d", "embed")
@@ -33,9 +39,15 @@ class GPTConfig:
     n_head: int = 12
     n_embd: int = 768
     dropout: float = 0.0
-    bias: bool = False  # biases in Linears and LayerNorms; simplenorm requires False
+    bias: bool = False  # biases in Linears and LayerNorms; simplenorm and llama require False
+    arch: str = "gpt2"  # the block family, one of ARCHS (§11)
+    tie_embeddings: bool | None = None  # the head is E; None: the family's choice, gpt2 tied, llama untied
+    n_kv_head: int | None = None  # key/value heads, fewer for grouped-query attention; None: n_head
+    rope_theta: float = 10000.0  # llama: the rotary base θ
+    multiple_of: int = 256  # llama: the SwiGLU width is rounded up to a multiple of this
+    ffn_dim_multiplier: float | None = None  # llama: scales the SwiGLU width before rounding
     norm_mode: str = "pre"  # one of NORM_MODES
-    norm_eps: float | None = None  # None: 1e-5 for LayerNorm and QK-norm, 1e-6 for simplenorm (§7.3)
+    norm_eps: float | None = None  # None: 1e-5, but 1e-6 for simplenorm under a tied 0.02 embedding (§7.3)
     qk_norm: bool = False  # RMSNorm on q and k (over all heads jointly), usable with any mode
     geo_alpha: float = 1.0  # geonorm: base step size a
     geo_decay: str = "harmonic"  # geonorm: a_k = a/k | a/√k | a(L-k+1)/L | a
@@ -43,54 +55,52 @@ class GPTConfig:
     geo_radius: str = "sqrt_d"  # geonorm: project the embedding to radius √d, or keep its own norm
     geo_max_angle: float | None = None  # geonorm: smooth clamp of the rotation angle θ (radians)
     sandwich_depth_scaled: bool = False  # sandwich: output-norm gains c/√L (Pangu Ultra DSSN)
-    simplenorm_untied_llama_init: bool = False  # untied head, E ~ N(0, 1), head std d^-½ (§7.2)
 
     def __post_init__(self):
         self.validate()
 
+    @property
+    def tied(self):
+        return self.arch == "gpt2" if self.tie_embeddings is None else self.tie_embeddings
+
     def validate(self):
         """Raise a one-line ValueError that names the fix for any invalid setting."""
-        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
+        ints = ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "multiple_of")
+        for name in ints + (("n_kv_head",) if self.n_kv_head is not None else ()):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if type(value) is not int or value <= 0:  # exactly int: True is no size
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.norm_mode not in NORM_MODES:
-            raise ValueError(f"unknown norm_mode {self.norm_mode!r}: choose one of {', '.join(NORM_MODES)}")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}: "
-                             f"choose n_head among the divisors of n_embd")
-        if self.norm_mode == "simplenorm" and self.bias:
-            raise ValueError("simplenorm needs bias=False (a bias breaks the scale invariance of Norm(Wx))")
-        if self.geo_decay not in GEO_DECAYS:
-            raise ValueError(f"unknown geo_decay {self.geo_decay!r}: choose one of {', '.join(GEO_DECAYS)}")
-        if self.geo_radius not in GEO_RADII:
-            raise ValueError(f"unknown geo_radius {self.geo_radius!r}: choose one of {', '.join(GEO_RADII)}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if self.geo_alpha < 0:
-            raise ValueError(f"geo_alpha must be >= 0, got {self.geo_alpha!r}")
-        if self.geo_max_angle is not None and self.geo_max_angle <= 0:
-            raise ValueError(f"geo_max_angle must be None or > 0, got {self.geo_max_angle!r}")
-        if self.norm_eps is not None and self.norm_eps < 0:
-            raise ValueError(f"norm_eps must be None or >= 0, got {self.norm_eps!r}")
+        for name, choices in (("arch", ARCHS), ("norm_mode", NORM_MODES), ("geo_decay", GEO_DECAYS),
+                              ("geo_radius", GEO_RADII)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}: choose one of {', '.join(choices)}")
+        hs = self.n_embd // self.n_head
+        for bad, message in (
+            (self.n_embd % self.n_head, f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}: "
+                                        "choose n_head among the divisors of n_embd"),
+            (self.n_head % (self.n_kv_head or 1), f"n_head={self.n_head} is not a multiple of n_kv_head="
+                                                  f"{self.n_kv_head}: choose n_kv_head among the divisors of n_head"),
+            (self.arch == "llama" and hs % 2, f"rotary embeddings turn pairs of features, but n_embd/n_head = {hs} "
+                                              "is odd: choose n_head so that the head size is even"),
+            (self.norm_mode == "simplenorm" and self.bias, "simplenorm needs bias=False (a bias breaks the scale "
+                                                           "invariance of Norm(Wx))"),
+            (self.arch == "llama" and self.bias, "arch='llama' has no biases: set bias=False"),
+            (not 0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout!r}"),
+            (self.geo_alpha < 0, f"geo_alpha must be >= 0, got {self.geo_alpha!r}"),
+            (self.rope_theta <= 0, f"rope_theta must be > 0, got {self.rope_theta!r}"),
+            ((self.norm_eps or 0) < 0, f"norm_eps must be None or >= 0, got {self.norm_eps!r}"),
+            (self.geo_max_angle is not None and self.geo_max_angle <= 0,
+             f"geo_max_angle must be None or > 0, got {self.geo_max_angle!r}"),
+            (self.ffn_dim_multiplier is not None and self.ffn_dim_multiplier <= 0,
+             f"ffn_dim_multiplier must be None or > 0, got {self.ffn_dim_multiplier!r}"),
+        ):
+            if bad:
+                raise ValueError(message)
 
 
 def at_least_fp32(t):
     """t in fp32, or kept in fp64: norms need fp32's precision, and fp64 tests need their own."""
     return t.to(torch.promote_types(t.dtype, torch.float32))
-
-
-class LayerNorm(nn.Module):
-    """LayerNorm with an optional bias (PyTorch's cannot drop only the bias)."""
-
-    def __init__(self, ndim, bias, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(ndim))
-        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
-        self.eps = eps
-
-    def forward(self, x):
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
 
 
 class RMSNorm(nn.Module):
@@ -105,13 +115,17 @@ class RMSNorm(nn.Module):
         return F.rms_norm(at_least_fp32(x), self.weight.shape, at_least_fp32(self.weight), self.eps).type_as(x)
 
 
-def layer_norm(config, ndim):
-    return LayerNorm(ndim, config.bias, 1e-5 if config.norm_eps is None else config.norm_eps)
+def family_norm(config, ndim):
+    """The block family's norm, for ln_1, ln_2, sandwich's output norms and ln_f: LayerNorm (gpt2) or
+    RMSNorm (llama), ε 1e-5 (§11)."""
+    eps = 1e-5 if config.norm_eps is None else config.norm_eps
+    return nn.LayerNorm(ndim, eps, bias=config.bias) if config.arch == "gpt2" else RMSNorm(ndim, eps)
 
 
 def rms_norm(config, ndim):
-    """The RMSNorm of QK-norm (ε 1e-5) or of simplenorm (ε 1e-6: its inputs can be tiny, §7.3)."""
-    default_eps = 1e-6 if config.norm_mode == "simplenorm" else 1e-5
+    """The RMSNorm of QK-norm and simplenorm: ε 1e-5, or 1e-6 for simplenorm with a tied 0.02-std
+    embedding, whose projections in block 1 are tiny (§7.3)."""
+    default_eps = 1e-6 if config.norm_mode == "simplenorm" and config.tied else 1e-5
     return RMSNorm(ndim, default_eps if config.norm_eps is None else config.norm_eps)
 
 
@@ -144,6 +158,30 @@ def geodesic_step(x, s, a, max_angle=None):
     return y.to(dtype)
 
 
+def rotary_table(config):
+    """cos and sin of p·θ_i for every position p < block_size and pair i < hs/2, θ_i = rope_theta^(-2i/hs)
+    (RoFormer Eq. 34, 0-based i): (block_size, hs/2, 2)."""
+    hs = config.n_embd // config.n_head
+    theta = config.rope_theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)  # (hs/2,)
+    angles = torch.outer(torch.arange(config.block_size, dtype=torch.float64), theta)  # (block_size, hs/2)
+    return torch.stack((angles.cos(), angles.sin()), dim=-1).float()
+
+
+def rotate(x, rope):
+    """Rotate each pair (x_2i, x_2i+1) of x (B, nh, T, hs) by its position's angle p·θ_i, rope (T, hs/2, 2)
+    holding their cos and sin (RoFormer Eq. 34). q·k then depends on positions only through p − s."""
+    cos, sin = rope.unbind(-1)  # (T, hs/2) each
+    x1, x2 = at_least_fp32(x).unflatten(-1, (-1, 2)).unbind(-1)  # each pair's two coordinates, (B, nh, T, hs/2)
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2).type_as(x)
+
+
+def swiglu_width(config):
+    """Llama's SwiGLU hidden width: 2/3 of 4d (times ffn_dim_multiplier), rounded up to a multiple of
+    multiple_of, so its three matrices cost about what GELU's two of width 4d do."""
+    hidden = int((config.ffn_dim_multiplier or 1) * int(8 * config.n_embd / 3))
+    return config.multiple_of * math.ceil(hidden / config.multiple_of)
+
+
 def deepnorm_constants(n_layer):
     """DeepNet Table 1, decoder-only with N layers: α = (2N)^¼ scales the residual, β = (8N)^-¼ the init."""
     return (2 * n_layer) ** 0.25, (8 * n_layer) ** -0.25
@@ -159,59 +197,74 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        d = config.n_embd
-        self.c_attn = nn.Linear(d, 3 * d, bias=config.bias)  # q, k, v for all heads in one matmul
+        d, self.n_head, self.n_kv_head = config.n_embd, config.n_head, config.n_kv_head or config.n_head
+        kv = self.n_kv_head * d // self.n_head  # the width of k and of v: d, or less with grouped-query attention
+        self.sizes = (d, kv, kv)
+        self.c_attn = nn.Linear(d, d + 2 * kv, bias=config.bias)  # q, k, v for all heads in one matmul
         self.c_proj = nn.Linear(d, d, bias=config.bias)
         simple = config.norm_mode == "simplenorm"
         # SimpleNorm puts an RMSNorm after every linear (q, k, v, o); QK-norm only after q and k.
-        # Each spans all heads jointly (d features), as in the official SimpleGPT code (§7.1).
+        # Each spans all heads jointly, as in the official SimpleGPT code (§7.1).
         self.q_norm = rms_norm(config, d) if simple or config.qk_norm else nn.Identity()
-        self.k_norm = rms_norm(config, d) if simple or config.qk_norm else nn.Identity()
-        self.v_norm = rms_norm(config, d) if simple else nn.Identity()
+        self.k_norm = rms_norm(config, kv) if simple or config.qk_norm else nn.Identity()
+        self.v_norm = rms_norm(config, kv) if simple else nn.Identity()
         self.o_norm = rms_norm(config, d) if simple else nn.Identity()
         self.attn_dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
-        self.n_head = config.n_head
         self.block_size = config.block_size
         self.kv_cache = None  # None, or while generating the (k, v) buffers written so far
 
-    def forward(self, x, pos=0):
+    def forward(self, x, pos=0, rope=None):
+        """x (B, T, C) at positions pos..pos+T-1; rope: their rows of the rotary table (llama), or None."""
         B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(C, dim=2)  # split before normalizing: each is its own W
+        q, k, v = self.c_attn(x).split(self.sizes, dim=2)  # split before normalizing: each is its own W
         q, k, v = self.q_norm(q), self.k_norm(k), self.v_norm(v)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        if self.kv_cache is not None:  # generating: keep the keys and values of earlier positions
+        k = k.view(B, T, self.n_kv_head, C // self.n_head).transpose(1, 2)  # (B, n_kv, T, hs)
+        v = v.view(B, T, self.n_kv_head, C // self.n_head).transpose(1, 2)  # (B, n_kv, T, hs)
+        if rope is not None:  # after any norm of q and k, as SimpleGPT's code does (§11)
+            q, k = rotate(q, rope), rotate(k, rope)
+        if self.kv_cache is not None:  # generating: keep the (rotated) keys and values of earlier positions
             if pos == 0:  # a (re)prefill: fresh buffers with room for a whole window
-                shape = (B, self.n_head, self.block_size, C // self.n_head)  # (B, nh, block_size, hs)
+                shape = (B, self.n_kv_head, self.block_size, C // self.n_head)  # (B, n_kv, block_size, hs)
                 self.kv_cache = (k.new_zeros(shape), v.new_zeros(shape))
             cache_k, cache_v = self.kv_cache
             cache_k[:, :, pos:pos + T] = k
             cache_v[:, :, pos:pos + T] = v
-            k, v = cache_k[:, :, :pos + T], cache_v[:, :, :pos + T]  # (B, nh, pos+T, hs)
-        # A prompt is prefilled at pos 0 (causal mask); later tokens come one at a time and see all.
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0,
-                                           is_causal=T > 1)
+            k, v = cache_k[:, :, :pos + T], cache_v[:, :, :pos + T]  # (B, n_kv, pos+T, hs)
+        # Query i, at position pos+i, sees keys 0..pos+i: the causal mask when no keys are cached before it,
+        # no mask for one new token, and for a chunk after cached keys the causal mask shifted right by them.
+        cached = k.size(2) - T
+        mask = torch.ones(T, k.size(2), dtype=torch.bool, device=x.device).tril(cached) if cached and T > 1 else None
+        dropout = self.attn_dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=T > 1 and mask is None,
+                                           enable_gqa=self.n_kv_head != self.n_head)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
         return self.resid_dropout(self.o_norm(self.c_proj(y)))
 
 
 class MLP(nn.Module):
+    """gpt2: W₂ GELU(W₁h), 4d wide. llama: SwiGLU, W₂(SiLU(W₁h) ⊙ W₃h) (Shazeer 2020, FFN_SwiGLU with
+    Swish₁ = SiLU). simplenorm puts an RMSNorm after W₁ and W₃ (over the hidden width) and after W₂ (§7.1)."""
 
     def __init__(self, config):
         super().__init__()
-        d = config.n_embd
-        simple = config.norm_mode == "simplenorm"
-        self.c_fc = nn.Linear(d, 4 * d, bias=config.bias)
-        self.fc_norm = rms_norm(config, 4 * d) if simple else nn.Identity()
-        self.gelu = nn.GELU()
-        self.c_proj = nn.Linear(4 * d, d, bias=config.bias)
+        d, llama, simple = config.n_embd, config.arch == "llama", config.norm_mode == "simplenorm"
+        hidden = swiglu_width(config) if llama else 4 * d
+        self.c_fc = nn.Linear(d, hidden, bias=config.bias)  # W₁
+        self.fc_norm = rms_norm(config, hidden) if simple else nn.Identity()
+        self.act = nn.SiLU() if llama else nn.GELU()
+        self.c_up = nn.Linear(d, hidden, bias=False) if llama else None  # W₃, the gated linear unit
+        self.up_norm = rms_norm(config, hidden) if simple and llama else nn.Identity()
+        self.c_proj = nn.Linear(hidden, d, bias=config.bias)  # W₂
         self.proj_norm = rms_norm(config, d) if simple else nn.Identity()
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x):
-        return self.dropout(self.proj_norm(self.c_proj(self.gelu(self.fc_norm(self.c_fc(x))))))
+        h = self.act(self.fc_norm(self.c_fc(x)))
+        if self.c_up is not None:
+            h = h * self.up_norm(self.c_up(x))
+        return self.dropout(self.proj_norm(self.c_proj(h)))
 
 
 class Block(nn.Module):
@@ -225,11 +278,11 @@ class Block(nn.Module):
         self.mlp = MLP(config)
         # ln_1/ln_2 sit before each sub-layer (pre, sandwich, geonorm) or after the add (post, deep).
         uses_ln = mode in ("pre", "post", "deep", "sandwich") or (mode == "geonorm" and config.geo_input_norm)
-        self.ln_1 = layer_norm(config, d) if uses_ln else nn.Identity()
-        self.ln_2 = layer_norm(config, d) if uses_ln else nn.Identity()
+        self.ln_1 = family_norm(config, d) if uses_ln else nn.Identity()
+        self.ln_2 = family_norm(config, d) if uses_ln else nn.Identity()
         # sandwich's second LN on each sub-layer's output
-        self.ln_1_out = layer_norm(config, d) if mode == "sandwich" else nn.Identity()
-        self.ln_2_out = layer_norm(config, d) if mode == "sandwich" else nn.Identity()
+        self.ln_1_out = family_norm(config, d) if mode == "sandwich" else nn.Identity()
+        self.ln_2_out = family_norm(config, d) if mode == "sandwich" else nn.Identity()
         self.alpha = deepnorm_constants(config.n_layer)[0]  # deep: residual scale α
         self.geo_step = geo_step_size(config, k)  # geonorm: a_k, shared by both sub-layers of block k
         self.geo_max_angle = config.geo_max_angle
@@ -248,8 +301,8 @@ class Block(nn.Module):
             return geodesic_step(x, f(norm(x)), self.geo_step, self.geo_max_angle)
         return x + f(x)  # simplenorm: Ψ(x) = Norm(Wx) inside f        SimpleGPT §4.1
 
-    def forward(self, x, pos=0):
-        x = self.join(x, lambda h: self.attn(h, pos), self.ln_1, self.ln_1_out)
+    def forward(self, x, pos=0, rope=None):
+        x = self.join(x, lambda h: self.attn(h, pos, rope), self.ln_1, self.ln_1_out)
         return self.join(x, self.mlp, self.ln_2, self.ln_2_out)
 
 
@@ -262,57 +315,64 @@ class GPT(nn.Module):
         mode = config.norm_mode
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
+            # learned positions (gpt2); llama rotates q and k instead, with the table self.rope
+            wpe=nn.Embedding(config.block_size, config.n_embd) if config.arch == "gpt2" else None,
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([Block(config, k) for k in range(1, config.n_layer + 1)]),
-            # post and deep end on a block's LN already: a final norm would only add an affine (§3, §4)
+            # post and deep end on a block's norm already: a final norm would only add an affine (§3, §4)
             ln_f=(nn.Identity() if mode in ("post", "deep")
                   else rms_norm(config, config.n_embd) if mode == "simplenorm"
-                  else layer_norm(config, config.n_embd)),
+                  else family_norm(config, config.n_embd)),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        if not config.simplenorm_untied_llama_init:
-            self.transformer.wte.weight = self.lm_head.weight  # tied: E is both embedding and head
+        if config.tied:
+            self.transformer.wte.weight = self.lm_head.weight  # E is both embedding and head
         self.init_weights()
 
     def init_weights(self):
-        """nanoGPT's init (§1), then each mode's override: deep (§4), sandwich DSSN (§5), Llama (§7.2)."""
+        """The family's init (§1, §11), each mode's override (deep §4, sandwich DSSN §5), and an untied head's.
+        It also makes the rotary table, so it restores a model built on the meta device too."""
         c, L, d = self.config, self.config.n_layer, self.config.n_embd
         for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
+            if isinstance(module, (nn.Linear, nn.Embedding)):  # torchtitan truncates at ±2, i.e. ±100σ: the same
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
-        for name, p in self.named_parameters():
-            if name.endswith("c_proj.weight"):  # GPT-2: residual projections scaled by 1/√(2L)
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * L))
-        if c.norm_mode == "deep":  # DeepNet Fig. 2: Xavier-normal, gain β on v, o and the FFN
+        for l, block in enumerate(self.transformer.h):  # W_o, W₂ and (llama) W₃ smaller: GPT-2's 1/√(2L), or
+            std = 0.02 / math.sqrt(2 * L) if c.arch == "gpt2" else 0.02 / math.sqrt(2 * (l + 1))  # torchtitan's
+            for linear in filter(None, (block.attn.c_proj, block.mlp.c_proj, block.mlp.c_up)):  # c_up None: gpt2
+                nn.init.normal_(linear.weight, mean=0.0, std=std)
+        if c.norm_mode == "deep":  # DeepNet Fig. 2: Xavier-normal, gain β on v, o and the FFN (W₁, W₂, W₃)
             beta = deepnorm_constants(L)[1]
             for block in self.transformer.h:
-                for i, gain in enumerate((1.0, 1.0, beta)):  # q, k, v slices of c_attn, each d × d
-                    nn.init.xavier_normal_(block.attn.c_attn.weight[i * d:(i + 1) * d], gain=gain)
-                for weight in (block.attn.c_proj.weight, block.mlp.c_fc.weight, block.mlp.c_proj.weight):
-                    nn.init.xavier_normal_(weight, gain=beta)
+                for w, gain in zip(block.attn.c_attn.weight.split(block.attn.sizes), (1.0, 1.0, beta)):  # q, k, v
+                    nn.init.xavier_normal_(w, gain=gain)
+                for linear in filter(None, (block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj, block.mlp.c_up)):
+                    nn.init.xavier_normal_(linear.weight, gain=beta)
         if c.norm_mode == "sandwich" and c.sandwich_depth_scaled:  # Pangu Ultra: γ = c/√L
             for block in self.transformer.h:
                 nn.init.constant_(block.ln_1_out.weight, 0.283 / math.sqrt(L))
                 nn.init.constant_(block.ln_2_out.weight, 0.432 / math.sqrt(L))
-        if c.simplenorm_untied_llama_init:  # torchtitan Llama: E ~ N(0, 1), head std d^-½ cut at ±3σ
+        if not c.tied:  # torchtitan: E ~ N(0, 1), head std d^-½ cut at ±3σ (a tied E keeps 0.02: it is the head)
             nn.init.normal_(self.transformer.wte.weight, mean=0.0, std=1.0)
             std = d ** -0.5
             nn.init.trunc_normal_(self.lm_head.weight, mean=0.0, std=std, a=-3 * std, b=3 * std)
+        rope = rotary_table(c).to(self.lm_head.weight.device) if c.arch == "llama" else None
+        self.register_buffer("rope", rope, persistent=False)  # not a parameter: kept out of checkpoints
 
     def get_num_params(self, non_embedding=True):
-        """Parameter count, the tied head counted once; non_embedding drops the position table."""
+        """Parameter count, a tied head counted once. non_embedding leaves out the lookup tables, which cost
+        no FLOPs: the position table, and the token table when the head is untied."""
+        lookups = [self.transformer.wpe] + ([] if self.config.tied else [self.transformer.wte])
         n_params = sum(p.numel() for p in self.parameters())
-        if non_embedding:
-            n_params -= self.transformer.wpe.weight.numel()
-        return n_params
+        return n_params - sum(t.weight.numel() for t in lookups if t is not None) * non_embedding
 
     def embed(self, idx, pos=0):
-        """x_0 = Drop(E[t] + P[pos]); geonorm then starts on the sphere of radius √d (§6.2 item 2)."""
-        positions = torch.arange(pos, pos + idx.size(1), dtype=torch.long, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(positions))
+        """x_0 = Drop(E[t] + P[pos]) (llama: Drop(E[t])); geonorm then starts on the sphere of radius √d (§6.2)."""
+        x = self.transformer.wte(idx)
+        if self.transformer.wpe is not None:
+            x = x + self.transformer.wpe(torch.arange(pos, pos + idx.size(1), dtype=torch.long, device=idx.device))
+        x = self.transformer.drop(x)
         if self.config.norm_mode == "geonorm" and self.config.geo_radius == "sqrt_d":
             x = math.sqrt(self.config.n_embd) * x / vec_norm(x)
         return x
@@ -324,8 +384,9 @@ class GPT(nn.Module):
         if pos + T > self.config.block_size:
             raise ValueError(f"cannot forward positions up to {pos + T}: block_size is only {self.config.block_size}")
         x = self.embed(idx, pos)
+        rope = None if self.rope is None else self.rope[pos:pos + T]  # (T, hs/2, 2)
         for block in self.transformer.h:
-            x = block(x, pos)
+            x = block(x, pos, rope)
         x = self.transformer.ln_f(x)
         if targets is None:
             return self.lm_head(x[:, [-1], :]), None  # (B, 1, V)

@@ -1,0 +1,207 @@
+"""The llama block family against NORM_MODES.md §11: rotary positions (RoFormer Eq. 34), the SwiGLU MLP,
+torchtitan's init, grouped-query attention, and tie_embeddings in both families. The six modes' own
+invariants run on both families in tests/test_model.py."""
+import math
+
+import pytest
+import torch
+
+import model as M
+from model import GPT, GPTConfig, NORM_MODES
+from test_model import batch, build, count_params, tiny
+
+LLAMA2_7B = dict(arch="llama", n_layer=32, n_head=32, n_embd=4096, block_size=4096, vocab_size=32000)
+LLAMA3_8B = dict(arch="llama", n_layer=32, n_head=32, n_kv_head=8, n_embd=4096, block_size=8192, vocab_size=128256,
+                 multiple_of=1024, ffn_dim_multiplier=1.3, rope_theta=500000.0)
+
+
+# ---------------------------------------------------------------- rotary positions
+
+def test_rotary_turns_each_pair_by_its_position_times_its_frequency():
+    """RoFormer Eq. 34: (x_2i, x_2i+1) at position p becomes (x_2i cos pθ_i − x_2i+1 sin pθ_i,
+    x_2i sin pθ_i + x_2i+1 cos pθ_i), θ_i = rope_theta^(−2i/hs): checked on the unit vectors."""
+    config = GPTConfig(arch="llama", n_embd=32, n_head=4, block_size=16, rope_theta=100.0)  # hs 8
+    rope, hs = M.rotary_table(config), 8
+    for p in (0, 1, 5, 15):
+        for i in range(hs // 2):
+            angle = p * 100.0 ** (-2 * i / hs)
+            for j, expected in ((2 * i, (math.cos(angle), math.sin(angle))),
+                                (2 * i + 1, (-math.sin(angle), math.cos(angle)))):
+                e = torch.zeros(1, 1, 1, hs)
+                e[..., j] = 1.0
+                y = M.rotate(e, rope[p:p + 1]).flatten()
+                assert y[2 * i:2 * i + 2].tolist() == pytest.approx(expected, abs=1e-6)
+                assert y.norm().item() == pytest.approx(1.0)  # nothing leaks into the other pairs
+
+
+def test_rotary_scores_depend_only_on_the_position_difference():
+    config = GPTConfig(arch="llama", n_embd=64, n_head=4, block_size=32)
+    rope = M.rotary_table(config).double()
+    q, k = torch.randn(2, 1, 16, dtype=torch.float64).expand(2, 32, 16)  # one q and one k, at every position
+    scores = M.rotate(q, rope) @ M.rotate(k, rope).T  # (32, 32): q at position p against k at position s
+    for offset in range(-31, 32):
+        diagonal = torch.diagonal(scores, offset)  # every (p, s) with s − p = offset
+        assert torch.allclose(diagonal, diagonal[0].expand_as(diagonal), atol=1e-6), offset  # an fp32 table
+    assert scores[0].std() > 0.1  # the score does depend on the difference
+
+
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_llama_logits_do_not_change_when_every_position_shifts(mode):
+    """With rotary positions only differences matter: the same tokens at positions s..s+T-1 give the logits
+    they give at 0..T-1. gpt2's learned positions, the control, do not."""
+    idx, targets = batch(tiny(mode), T=20)
+    for arch in ("llama", "gpt2"):
+        model = build(mode, arch=arch).double()
+        with torch.no_grad():
+            at_0, shifted = model(idx, targets)[0], model(idx, targets, pos=12)[0]
+        assert torch.allclose(at_0, shifted, atol=1e-6) == (arch == "llama"), arch  # the table is fp32
+
+
+def test_llama_has_no_position_table_and_a_rotary_table_outside_the_checkpoint():
+    model = build("pre", arch="llama")
+    assert model.transformer.wpe is None and not any("wpe" in name for name in model.state_dict())
+    assert model.rope.shape == (32, 8, 2) and "rope" not in model.state_dict()
+    assert model.get_num_params() == model.get_num_params(non_embedding=False) - 65 * 64  # less the untied E
+
+
+# ---------------------------------------------------------------- SwiGLU
+
+@pytest.mark.parametrize("d, multiple_of, multiplier, width", [
+    (2048, 256, None, 5632),  # torchtitan Llama 2 "1B"
+    (4096, 256, None, 11008),  # Llama 2 7B
+    (4096, 1024, 1.3, 14336),  # Llama 3 8B
+    (128, 32, None, 352),  # configs/ablate_llama_char.py
+])
+def test_swiglu_width_is_two_thirds_of_4d_rounded_up(d, multiple_of, multiplier, width):
+    config = GPTConfig(arch="llama", n_embd=d, n_head=d // 64, multiple_of=multiple_of, ffn_dim_multiplier=multiplier)
+    assert M.swiglu_width(config) == width
+    with torch.device("meta"):
+        mlp = M.MLP(config)
+    assert mlp.c_fc.weight.shape == mlp.c_up.weight.shape == (width, d) and mlp.c_proj.weight.shape == (d, width)
+
+
+def test_swiglu_is_w2_of_silu_w1_times_w3():
+    model = build("pre", arch="llama")
+    mlp, h = model.transformer.h[0].mlp, torch.randn(2, 8, 64)
+    W1, W2, W3 = mlp.c_fc.weight, mlp.c_proj.weight, mlp.c_up.weight
+    with torch.no_grad():
+        expected = (torch.nn.functional.silu(h @ W1.T) * (h @ W3.T)) @ W2.T
+        assert torch.allclose(mlp(h), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape, params", [(LLAMA2_7B, 6_738_415_616), (LLAMA3_8B, 8_030_261_248)])
+def test_param_counts_equal_the_published_llama_models(shape, params):
+    """pre is Llama's own block: the counts of Meta's Llama 2 7B and Llama 3 8B (grouped-query), exactly."""
+    assert count_params("pre", **shape) == params
+
+
+@pytest.mark.parametrize("mode, extra", [
+    ("post", -4096), ("pre", 0), ("deep", -4096), ("sandwich", 32 * 2 * 4096), ("geonorm", 0),
+    ("simplenorm", 32 * (-2 * 4096 + 4096 + 1024 + 1024 + 4096 + 14336 + 14336 + 4096)),
+])
+def test_param_count_of_every_mode_on_llama(mode, extra):
+    """Every mode's norm gains on the Llama 3 8B shape (d 4096, k and v 1024 wide, SwiGLU 14336): post and
+    deep drop ln_f; sandwich adds two output norms per block; simplenorm drops ln_1 and ln_2 and adds
+    norms after W_q, W_k, W_v, W_o, W₁, W₃ and W₂."""
+    assert count_params(mode, **LLAMA3_8B) == 8_030_261_248 + extra
+
+
+# ---------------------------------------------------------------- torchtitan's init
+
+def test_torchtitan_init_stds():
+    torch.manual_seed(0)
+    L, d = 4, 256
+    model = GPT(GPTConfig(arch="llama", n_layer=L, n_head=4, n_embd=d, block_size=16, vocab_size=1000))
+    assert abs(model.transformer.wte.weight.std().item() - 1.0) < 0.02  # E ~ N(0, 1)
+    head, cut = model.lm_head.weight, 3 * d ** -0.5
+    assert head.abs().max() <= cut and head.abs().max() > 0.95 * cut  # truncated at ±3σ, not narrower
+    assert abs(head.std().item() / (0.9866 * d ** -0.5) - 1) < 0.02  # a ±3σ cut keeps 0.9866 of the std
+    for l, block in enumerate(model.transformer.h):
+        small = 0.02 / math.sqrt(2 * (l + 1))  # l 0-based
+        q, k, v = block.attn.c_attn.weight.split(block.attn.sizes)
+        want = [(q, 0.02), (k, 0.02), (v, 0.02), (block.mlp.c_fc.weight, 0.02), (block.attn.c_proj.weight, small),
+                (block.mlp.c_proj.weight, small), (block.mlp.c_up.weight, small)]
+        for i, (w, std) in enumerate(want):
+            assert abs(w.std().item() / std - 1) < 0.03, (l, i)
+    for name, p in model.named_parameters():
+        assert p.dim() == 2 or torch.equal(p, torch.ones_like(p)), name  # norm gains 1, and no biases at all
+
+
+def test_deep_init_stds_on_llama_put_beta_on_v_o_and_all_three_ffn_matrices():
+    torch.manual_seed(0)
+    L, d = 12, 256
+    model = GPT(GPTConfig(arch="llama", norm_mode="deep", n_layer=L, n_head=4, n_embd=d, block_size=16,
+                          vocab_size=1000, multiple_of=64))
+    beta, h = M.deepnorm_constants(L)[1], M.swiglu_width(model.config)  # h = 704
+    for block in model.transformer.h[:2]:
+        q, k, v = block.attn.c_attn.weight.split(block.attn.sizes)
+        want = [(q, 1 / math.sqrt(d)), (k, 1 / math.sqrt(d)), (v, beta / math.sqrt(d)),
+                (block.attn.c_proj.weight, beta / math.sqrt(d))]  # Xavier-normal: gain·√(2/(fan_in + fan_out))
+        want += [(block.mlp.c_fc.weight, beta * math.sqrt(2 / (d + h))), (block.mlp.c_up.weight, beta * math.sqrt(2 / (d + h))),
+                 (block.mlp.c_proj.weight, beta * math.sqrt(2 / (d + h)))]
+        for i, (w, std) in enumerate(want):
+            assert abs(w.std().item() / std - 1) < 0.05, i
+    assert abs(model.transformer.wte.weight.std().item() - 1.0) < 0.02  # the embedding keeps llama's init
+
+
+# ---------------------------------------------------------------- grouped-query attention
+
+@pytest.mark.parametrize("mode", ["pre", "simplenorm"])
+def test_grouped_query_attention_equals_attention_with_each_kv_head_repeated(mode):
+    """n_kv_head = 2 of 4: each key/value head serves two query heads. Copying its weights into both heads of
+    a full multi-head model gives the same logits (simplenorm's k and v norms see the repeated vector, whose
+    RMS is the same)."""
+    gqa = build(mode, arch="llama", n_kv_head=2).double()
+    mha = build(mode, arch="llama").double()
+    hs = 16
+    state = gqa.state_dict()
+    for name, w in gqa.state_dict().items():
+        if name.endswith("c_attn.weight"):  # rows [q (64) | k (32) | v (32)] -> [q | k k' | v v'] per head
+            q, k, v = w.split((64, 32, 32))
+            repeat = lambda t: t.view(2, hs, -1).repeat_interleave(2, dim=0).reshape(64, -1)
+            state[name] = torch.cat((q, repeat(k), repeat(v)))
+        if name.endswith(("k_norm.weight", "v_norm.weight")):
+            state[name] = w.view(2, hs).repeat_interleave(2, dim=0).flatten()
+    mha.load_state_dict(state)
+    idx, targets = batch(gqa.config)
+    with torch.no_grad():
+        assert torch.allclose(gqa(idx, targets)[0], mha(idx, targets)[0], atol=1e-10)
+    assert gqa.get_num_params() == mha.get_num_params() - 3 * 2 * 32 * 64 - (3 * 2 * 32 if mode == "simplenorm" else 0)
+
+
+# ---------------------------------------------------------------- tie_embeddings
+
+def test_tie_embeddings_defaults_to_the_family_and_sets_the_embedding_init():
+    """Tied, E is also the head and keeps std 0.02; untied (either family), E ~ N(0, 1) and the head is
+    trunc-normal d^-½ (torchtitan's)."""
+    for arch, tie, tied in (("gpt2", None, True), ("llama", None, False), ("gpt2", False, False), ("llama", True, True)):
+        model = build("pre", arch=arch, tie_embeddings=tie, vocab_size=1000)
+        assert model.config.tied == tied and (model.lm_head.weight is model.transformer.wte.weight) == tied
+        assert abs(model.transformer.wte.weight.std().item() - (0.02 if tied else 1.0)) < 0.05 * (0.02 if tied else 1)
+        if not tied:
+            assert model.lm_head.weight.abs().max() <= 3 * 64 ** -0.5
+    untied, tied = build("pre", tie_embeddings=False), build("pre")
+    assert untied.get_num_params(non_embedding=False) == tied.get_num_params(non_embedding=False) + 65 * 64
+    assert untied.get_num_params() == tied.get_num_params()  # E, a lookup, is no compute parameter when untied
+
+
+def copy_probability(mode, tie):
+    """Mean probability at init that the next token equals the current one, at GPT-2 width (d 768, V 50304)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(norm_mode=mode, n_layer=2, n_head=12, n_embd=768, block_size=16, tie_embeddings=tie))
+    idx = torch.randint(0, 50304, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits, _ = model.eval()(idx, idx)
+    return logits.softmax(-1).gather(-1, idx[..., None]).mean().item()
+
+
+def test_a_tied_head_gives_post_deep_and_geonorm_a_copy_bias_at_gpt2_width():
+    """§11: their residual stream stays aligned with E[t] at init, and the tied head reads E[t]·E[t] back:
+    at d 768 the next token is "this one again" with probability 0.39–0.46, where pre, sandwich and
+    simplenorm give it ~1e-5 (1/V). Untied, the three lose it too (the other three have nothing to lose;
+    building them untied would cost 3 s each). Two blocks show it as well as GPT-2 small's twelve."""
+    tied = {mode: copy_probability(mode, True) for mode in NORM_MODES}
+    assert all(tied[m] > 0.3 for m in ("post", "deep", "geonorm")), tied
+    assert all(tied[m] < 1e-3 for m in ("pre", "sandwich", "simplenorm")), tied
+    untied = {mode: copy_probability(mode, False) for mode in ("post", "deep", "geonorm")}
+    assert all(p < 1e-3 for p in untied.values()), untied
