@@ -57,6 +57,20 @@ def test_llama_logits_do_not_change_when_every_position_shifts(mode):
         assert torch.allclose(at_0, shifted, atol=1e-6) == (arch == "llama"), arch  # the table is fp32
 
 
+def test_rotary_comes_after_the_qk_norm():
+    """§11: q and k are normalized (here with gains that are not 1), split into heads, then rotated."""
+    model = build("pre", arch="llama", qk_norm=True).double()
+    attn, rope, x = model.transformer.h[0].attn, model.rope[:8], torch.randn(1, 8, 64, dtype=torch.float64)
+    with torch.no_grad():
+        attn.q_norm.weight.uniform_(0.5, 2.0)
+        attn.k_norm.weight.uniform_(0.5, 2.0)
+        q, k, v = attn.c_attn(x).split(attn.sizes, dim=-1)
+        heads = lambda t: t.view(1, 8, 4, 16).transpose(1, 2)  # (B, nh, T, hs)
+        q, k = M.rotate(heads(attn.q_norm(q)), rope), M.rotate(heads(attn.k_norm(k)), rope)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, heads(v), is_causal=True)
+        assert torch.allclose(attn(x, 0, rope), attn.c_proj(y.transpose(1, 2).reshape(1, 8, 64)), atol=1e-12)
+
+
 def test_llama_has_no_position_table_and_a_rotary_table_outside_the_checkpoint():
     model = build("pre", arch="llama")
     assert model.transformer.wpe is None and not any("wpe" in name for name in model.state_dict())

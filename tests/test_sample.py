@@ -12,7 +12,7 @@ import prepare_data
 import sample
 import train
 from conftest import ROOT, needs_gpt2
-from model import GPT, GPTConfig, NORM_MODES, sample_next
+from model import ARCHS, GPT, GPTConfig, NORM_MODES, sample_next
 
 V, BLOCK = 37, 16
 CHARS = "\n !',.:;?abcdefghijklmnopqrstuvwxyz"  # a character vocabulary with a newline
@@ -44,20 +44,23 @@ def generate(model, idx, n, use_cache, seed=0, **kw):
 
 # ---------------------------------------------------------------- the cache gives the no-cache tokens
 
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
 @pytest.mark.parametrize("mode", NORM_MODES)
-def test_cache_equals_no_cache_greedy_within_block_size(mode, dropout):
-    """Every context up to a full window: prompt 5, then tokens until the last one sees block_size tokens."""
-    model, idx = random_model(mode, dropout=dropout), prompt()
+def test_cache_equals_no_cache_greedy_within_block_size(mode, dropout, arch):
+    """Every context up to a full window: prompt 5, then tokens until the last one sees block_size tokens.
+    On llama the cache keeps rotated keys."""
+    model, idx = random_model(mode, dropout=dropout, arch=arch), prompt()
     cached = generate(model, idx, BLOCK + 1 - idx.size(1), use_cache=True, temperature=0)
     assert torch.equal(cached, generate(model, idx, BLOCK + 1 - idx.size(1), use_cache=False, temperature=0))
     assert len(cached[:, idx.size(1):].unique()) > 3  # not one repeated token: the test can see a cache bug
 
 
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
 @pytest.mark.parametrize("mode", NORM_MODES)
-def test_cache_equals_no_cache_seeded_within_block_size(mode, dropout):
-    model, idx = random_model(mode, dropout=dropout), prompt()
+def test_cache_equals_no_cache_seeded_within_block_size(mode, dropout, arch):
+    model, idx = random_model(mode, dropout=dropout, arch=arch), prompt()
     kw = dict(temperature=1.3, top_k=20, top_p=0.95, seed=7)
     cached = generate(model, idx, BLOCK + 1 - idx.size(1), use_cache=True, **kw)
     assert torch.equal(cached, generate(model, idx, BLOCK + 1 - idx.size(1), use_cache=False, **kw))
@@ -89,6 +92,30 @@ def test_cache_and_no_cache_logits_agree_to_float32_rounding_and_differ_under_bf
     assert fp32_gap < 1e-3 * full.abs().max()
     full, cached = logits(torch.autocast("cpu", torch.bfloat16))
     assert not torch.equal(full, cached) and (full - cached).abs().max() > 30 * fp32_gap
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_chunked_prefill_equals_a_full_forward(mode, arch):
+    """Filling the cache in three chunks (5, 4 and 7 tokens) gives every position the logits of one
+    forward over all 16: a chunk after cached keys sees all of them and itself causally."""
+    model, idx = random_model(mode, arch=arch), prompt(T=BLOCK)
+    targets = torch.zeros_like(idx)  # targets make the forward return every position's logits
+    full, _ = model(idx, targets)
+    model.enable_kv_cache(True)
+    chunks = [model(idx[:, a:b], targets[:, a:b], pos=a)[0] for a, b in ((0, 5), (5, 9), (9, BLOCK))]
+    model.enable_kv_cache(False)
+    assert torch.allclose(torch.cat(chunks, dim=1), full, atol=1e-10)
+
+
+def test_grouped_query_attention_caches_only_its_kv_heads_and_equals_no_cache():
+    model, idx = random_model("simplenorm", arch="llama", n_kv_head=2), prompt()
+    n = BLOCK + 1 - idx.size(1)
+    assert torch.equal(generate(model, idx, n, True, temperature=0), generate(model, idx, n, False, temperature=0))
+    model.enable_kv_cache(True)
+    model(idx)
+    assert model.transformer.h[0].attn.kv_cache[0].shape == (3, 2, BLOCK, 8)  # (B, n_kv_head, block_size, hs)
+    model.enable_kv_cache(False)
 
 
 def test_batch_rows_are_generated_independently():

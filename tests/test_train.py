@@ -66,8 +66,9 @@ def test_a_tiny_run_learns_and_writes_a_valid_log_and_checkpoint(data_dir, tmp_p
     assert saved["config"]["max_iters"] == 30 and saved["torch"] == torch.__version__ and "git" in saved
 
 
-def test_resume_repeats_an_uninterrupted_run_bit_for_bit(data_dir, tmp_path):
-    args = ["--dropout=0.1", "--lr_decay_iters=12"]  # dropout: its masks must resume exactly too
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_resume_repeats_an_uninterrupted_run_bit_for_bit(data_dir, tmp_path, arch):
+    args = ["--dropout=0.1", "--lr_decay_iters=12", f"--arch={arch}"]  # dropout: its masks must resume exactly too
     run(data_dir, tmp_path / "whole", "--max_iters=12", *args)
     run(data_dir, tmp_path / "parts", "--max_iters=7", *args)
     run(data_dir, tmp_path / "parts", "--max_iters=12", "--init_from=resume")  # the rest from the checkpoint
@@ -89,8 +90,10 @@ def test_max_iters_runs_exactly_that_many_optimizer_steps(data_dir, tmp_path):
     assert all(state["step"] == 7 for state in ckpt["optimizer"]["state"].values())
 
 
-def test_two_torchrun_processes_match_one_process_with_accumulation(data_dir, tmp_path):
-    args = [f"--data_dir={data_dir}", *TINY, "--max_iters=6", "--gradient_accumulation_steps=2", "--dropout=0.1"]
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_two_torchrun_processes_match_one_process_with_accumulation(data_dir, tmp_path, arch):
+    args = [f"--data_dir={data_dir}", *TINY, "--max_iters=6", "--gradient_accumulation_steps=2", "--dropout=0.1",
+            f"--arch={arch}"]
     ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                           os.path.join(ROOT, "train.py"), *args, f"--out_dir={tmp_path / 'ddp'}"],
                          capture_output=True, text=True, timeout=300)
