@@ -4,6 +4,7 @@ Speed and memory of every norm mode, measured in one process and reported as rat
     python bench.py                                    # 6 layers, 384 wide, block 256, batch 8, vocab 65
     python bench.py configs/geonorm_125m.py --device=cuda --compile=on   # GPT-2 small, vocab 50304
     python bench.py --modes=pre,geonorm --steps=20 --json
+    python bench.py --arch=llama --compile=on         # the llama block: ratios to llama's pre
 
 A training step is forward, backward, clipping and the AdamW update, on random tokens. The modes take
 turns step by step, in an order that rotates every round, so drift on a shared machine hits all of
@@ -205,7 +206,7 @@ def main(argv):
     args, modes, cfg = parse(argv)
     torch.manual_seed(cfg.seed)
     compiles = {"both": (False, True), "on": (True,), "off": (False,)}[args.compile]
-    report = dict(shape=f"{cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {cfg.block_size}, "
+    report = dict(shape=f"{cfg.arch}: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {cfg.block_size}, "
                         f"batch {cfg.batch_size}, vocab {args.vocab_size}",
                   device=cfg.device, steps=args.steps, torch=torch.__version__,
                   training=[r for c in compiles for r in bench_training(modes, cfg, args, c)],

@@ -2,12 +2,14 @@
 import contextlib
 import io
 import json
+import os
 import shutil
 
 import matplotlib.image
 import pytest
 
 import ablate
+from conftest import ROOT
 
 TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
         "--eval_iters=2", "--eval_interval=5", "--log_interval=5", "--warmup_iters=2", "--max_iters=10",
@@ -145,3 +147,10 @@ def test_ablate_settings_in_a_config_file_are_not_passed_to_train(tmp_path):
     config.write_text("ablate_seed = [1, 2]\n")
     with pytest.raises(SystemExit, match="unknown setting 'ablate_seed'.*did you mean 'ablate_seeds'"):
         ablate.configure([str(config)])
+
+
+def test_the_llama_char_ablation_is_the_gpt2_one_on_the_llama_block():
+    gpt2, llama = (ablate.configure([os.path.join(ROOT, "configs", name)])
+                   for name in ("ablate_shakespeare_char.py", "ablate_llama_char.py"))
+    assert {k for k in llama["base"] if llama["base"][k] != gpt2["base"][k]} == {"arch", "multiple_of", "out_dir"}
+    assert [llama[k] for k in ("modes", "seeds", "lrs", "jobs")] == [gpt2[k] for k in ("modes", "seeds", "lrs", "jobs")]

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import bench
 from conftest import ROOT
 from model import GPT
@@ -17,10 +19,12 @@ def run_bench(*args):
                           timeout=300)
 
 
-def test_bench_json_report_for_two_modes():
-    result = run_bench("--modes=geonorm,simplenorm", "--steps=2", "--compile=off", "--json")
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_bench_json_report_for_two_modes(arch):
+    result = run_bench("--modes=geonorm,simplenorm", "--steps=2", "--compile=off", "--json", f"--arch={arch}")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
+    assert report["shape"].startswith(f"{arch}: 1 layers")  # a train.py setting passed through
     rows = {r["mode"]: r for r in report["training"]}
     assert set(rows) == {"pre", "geonorm", "simplenorm"}  # pre joins as the baseline
     assert rows["pre"]["ratio_to_pre"] == 1.0

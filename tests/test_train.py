@@ -261,3 +261,18 @@ def test_the_125m_configs_differ_only_in_norm_mode_and_simplenorm_lr():
     assert (pre.n_layer, pre.n_head, pre.n_embd, pre.block_size, pre.max_iters) == (12, 12, 768, 512, 50_000)
     assert [train.accumulation_steps(pre, world) for world in (8, 4, 1)] == [1, 2, 8]  # 131,072 tokens per step
     assert (cfgs["simplenorm"]["learning_rate"], cfgs["simplenorm"]["min_lr"]) == (1.8e-3, 1.8e-4)
+
+
+def test_the_llama_1b_configs_are_simplegpts_settings_and_differ_only_in_norm_mode():
+    names = {"pre_qknorm": ("pre", True), "pre": ("pre", False), "simplenorm": ("simplenorm", False),
+             "geonorm": ("geonorm", False)}
+    cfgs = {n: vars(train.configure([os.path.join(ROOT, "configs", f"llama_{n}_1b.py")])[0]) for n in names}
+    for n, c in cfgs.items():
+        assert (c["norm_mode"], c["qk_norm"]) == names[n]
+        assert {k for k in c if c[k] != cfgs["pre"][k]} <= {"norm_mode", "qk_norm", "out_dir"}, n
+    c = types.SimpleNamespace(**cfgs["pre"])
+    assert (c.arch, c.n_embd, c.n_layer, c.n_head, c.block_size) == ("llama", 2048, 18, 16, 512)
+    assert (c.learning_rate, c.weight_decay, c.beta2, c.grad_clip) == (2e-3, 0.1, 0.95, 1.0)
+    lrs = [train.get_lr(step, c) for step in (0, 1999, 2000, 101_000, 200_000)]  # warmup, then linear to 0
+    assert lrs == pytest.approx([2e-3 / 2001, 2e-3 * 2000 / 2001, 2e-3, 1e-3, 0.0])
+    assert train.accumulation_steps(c, 8) == 2  # 16 sequences of 512 per GPU, 2 micro-batches, 8 GPUs
