@@ -206,8 +206,8 @@ def main(argv):
     args, modes, cfg = parse(argv)
     torch.manual_seed(cfg.seed)
     compiles = {"both": (False, True), "on": (True,), "off": (False,)}[args.compile]
-    report = dict(shape=f"{cfg.arch}: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {cfg.block_size}, "
-                        f"batch {cfg.batch_size}, vocab {args.vocab_size}",
+    report = dict(shape=f"{cfg.arch}: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, "
+                        f"block {cfg.block_size}, batch {cfg.batch_size}, vocab {args.vocab_size}",
                   device=cfg.device, steps=args.steps, torch=torch.__version__,
                   training=[r for c in compiles for r in bench_training(modes, cfg, args, c)],
                   sampling=bench_sampling(modes, cfg, args), data_loader=bench_data_loader(cfg))

@@ -151,8 +151,8 @@ def test_deep_init_stds_on_llama_put_beta_on_v_o_and_all_three_ffn_matrices():
         q, k, v = block.attn.c_attn.weight.split(block.attn.sizes)
         want = [(q, 1 / math.sqrt(d)), (k, 1 / math.sqrt(d)), (v, beta / math.sqrt(d)),
                 (block.attn.c_proj.weight, beta / math.sqrt(d))]  # Xavier-normal: gain·√(2/(fan_in + fan_out))
-        want += [(block.mlp.c_fc.weight, beta * math.sqrt(2 / (d + h))), (block.mlp.c_up.weight, beta * math.sqrt(2 / (d + h))),
-                 (block.mlp.c_proj.weight, beta * math.sqrt(2 / (d + h)))]
+        want += [(w, beta * math.sqrt(2 / (d + h))) for w in (block.mlp.c_fc.weight, block.mlp.c_up.weight,
+                                                               block.mlp.c_proj.weight)]
         for i, (w, std) in enumerate(want):
             assert abs(w.std().item() / std - 1) < 0.05, i
     assert abs(model.transformer.wte.weight.std().item() - 1.0) < 0.02  # the embedding keeps llama's init
@@ -188,7 +188,8 @@ def test_grouped_query_attention_equals_attention_with_each_kv_head_repeated(mod
 def test_tie_embeddings_defaults_to_the_family_and_sets_the_embedding_init():
     """Tied, E is also the head and keeps std 0.02; untied (either family), E ~ N(0, 1) and the head is
     trunc-normal d^-½ (torchtitan's)."""
-    for arch, tie, tied in (("gpt2", None, True), ("llama", None, False), ("gpt2", False, False), ("llama", True, True)):
+    for arch, tie, tied in (("gpt2", None, True), ("llama", None, False), ("gpt2", False, False),
+                            ("llama", True, True)):
         model = build("pre", arch=arch, tie_embeddings=tie, vocab_size=1000)
         assert model.config.tied == tied and (model.lm_head.weight is model.transformer.wte.weight) == tied
         assert abs(model.transformer.wte.weight.std().item() - (0.02 if tied else 1.0)) < 0.05 * (0.02 if tied else 1)

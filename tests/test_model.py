@@ -366,8 +366,8 @@ def test_simplenorm_S1_unit_rms_at_init_after_block_1(arch):
     for (k, name), (z, y) in capture_norm_outputs(model, batch(model.config)[0]).items():
         rms = y.pow(2).mean(-1).sqrt()
         tol = 1e-3 if k >= 1 else 0.05  # block 1's q, k, v see the tiny raw embedding: ε costs a little
-        if arch == "llama":  # ε is 1e-5, and at width 64 the depth-scaled W_o, W₂, W₃ give inputs of mean square ~1e-3
-            tol = 0.01
+        if arch == "llama":  # ε is 1e-5, and at width 64 the depth-scaled W_o, W₂, W₃ give inputs of
+            tol = 0.01  # mean square ~1e-3
         assert (rms - 1).abs().max() < tol, (k, name)
 
 
