@@ -25,12 +25,16 @@ import torch
 from model import GPTConfig
 
 RULER = "# " + "-" * 98  # a script's settings are the assignments between the two lines that equal RULER
-CHOICES = dict(init_from=("scratch", "resume"), lr_schedule=("cosine", "wsd"), backend=("auto", "nccl", "gloo"),
-               dtype=("auto", "float32", "bfloat16"))  # the values a setting of this name takes, in any script
+GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # OpenAI's GPT-2 sizes (model.from_gpt2)
+CHOICES = dict(init_from=("scratch", "resume", *GPT2_NAMES), lr_schedule=("cosine", "wsd"),
+               backend=("auto", "nccl", "gloo"), dtype=("auto", "float32", "bfloat16"))  # in any script
+LOCAL_GPT2 = "a folder holding a transformers GPT-2 (save_pretrained)"  # init_from may also be one
 AT_LEAST = (dict.fromkeys(("batch_size", "block_size", "eval_interval", "eval_iters", "log_interval", "n_layer",
-                           "n_head", "n_embd", "gradient_accumulation_steps", "ablate_jobs", "ablate_nproc"), 1)
+                           "n_head", "n_embd", "gradient_accumulation_steps", "ablate_jobs", "ablate_nproc",
+                           "limit", "ablate_eval_limit"), 1)
             | dict.fromkeys(("max_iters", "warmup_iters", "lr_decay_iters", "total_batch_size", "learning_rate",
-                             "min_lr", "weight_decay", "grad_clip", "dropout", "peak_flops"), 0))  # the least value
+                             "min_lr", "weight_decay", "grad_clip", "dropout", "peak_flops", "num_fewshot"),
+                            0))  # the least value
 # Dense bf16 tensor-core FLOP/s (no sparsity) from the vendors' datasheets, by the words of a GPU's name as
 # torch.cuda.get_device_name gives it; the longest name that matches wins ("H100 NVL" before "H100").
 PEAK_FLOPS = {"B200": 2250e12, "B100": 1750e12, "H200": 989e12, "H200 NVL": 835e12, "GH200": 989e12,
@@ -72,8 +76,9 @@ def checked(name, value, settings, where):
     if type(value) not in accepts:  # exactly: True is no int here, nor 1 a bool
         kinds = " or ".join("None" if t is type(None) else t.__name__ for t in accepts)
         sys.exit(f"error: {name} must be {kinds}, got {value!r} in {where}")
-    if value not in CHOICES.get(name, (value,)):
-        sys.exit(f"error: {name} must be one of {', '.join(CHOICES[name])}, got {value!r} in {where}")
+    if value not in CHOICES.get(name, (value,)) and not (name == "init_from" and os.path.isdir(value)):
+        local = f" or {LOCAL_GPT2}" if name == "init_from" else ""
+        sys.exit(f"error: {name} must be one of {', '.join(CHOICES[name])}{local}, got {value!r} in {where}")
     if name in AT_LEAST and value is not None and value < AT_LEAST[name]:
         sys.exit(f"error: {name} must be at least {AT_LEAST[name]}, got {value!r} in {where}")
     return value
@@ -145,6 +150,19 @@ def pick_device(device):
     except Exception as e:
         sys.exit(f"error: device {device!r} is not usable here ({first_line(e)})")
     return device
+
+
+def setup_distributed(device, backend="auto"):
+    """(rank, world size, device) from torchrun's environment when it is set, else (0, 1, device): the
+    device setting made usable, a GPU being this process's own; backend 'auto' is nccl on CUDA, gloo on CPU."""
+    device = pick_device(device)
+    if "RANK" not in os.environ:
+        return 0, 1, device
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+    auto = "nccl" if device.startswith("cuda") else "gloo"
+    torch.distributed.init_process_group(auto if backend == "auto" else backend)
+    return torch.distributed.get_rank(), torch.distributed.get_world_size(), device
 
 
 def pick_dtype(dtype, device):

@@ -55,6 +55,7 @@ class GPTConfig:
     geo_radius: str = "sqrt_d"  # geonorm: project the embedding to radius √d, or keep its own norm
     geo_max_angle: float | None = None  # geonorm: smooth clamp of the rotation angle θ (radians)
     sandwich_depth_scaled: bool = False  # sandwich: output-norm gains c/√L (Pangu Ultra DSSN)
+    gelu_tanh: bool = False  # gpt2: GELU's tanh approximation, which OpenAI's GPT-2 uses (from_gpt2)
 
     def __post_init__(self):
         self.validate()
@@ -253,7 +254,7 @@ class MLP(nn.Module):
         hidden = swiglu_width(config) if llama else 4 * d
         self.c_fc = nn.Linear(d, hidden, bias=config.bias)  # W₁
         self.fc_norm = rms_norm(config, hidden) if simple else nn.Identity()
-        self.act = nn.SiLU() if llama else nn.GELU()
+        self.act = nn.SiLU() if llama else nn.GELU(approximate="tanh" if config.gelu_tanh else "none")
         self.c_up = nn.Linear(d, hidden, bias=False) if llama else None  # W₃, the gated linear unit
         self.up_norm = rms_norm(config, hidden) if simple and llama else nn.Identity()
         self.c_proj = nn.Linear(hidden, d, bias=config.bias)  # W₂
@@ -377,9 +378,10 @@ class GPT(nn.Module):
             x = math.sqrt(self.config.n_embd) * x / vec_norm(x)
         return x
 
-    def forward(self, idx, targets=None, pos=0):
+    def forward(self, idx, targets=None, pos=0, all_logits=False):
         """idx (B, T) token ids at positions pos..pos+T-1 -> (logits, mean loss). Without targets only
-        the last position's logits (B, 1, V) are computed, as in nanoGPT: generation needs no more."""
+        the last position's logits (B, 1, V) are computed, as in nanoGPT: generation needs no more;
+        all_logits=True gives every position's (B, T, V), for scoring text (eval.py)."""
         B, T = idx.size()
         if pos + T > self.config.block_size:
             raise ValueError(f"cannot forward positions up to {pos + T}: block_size is only {self.config.block_size}")
@@ -389,7 +391,7 @@ class GPT(nn.Module):
             x = block(x, pos, rope)
         x = self.transformer.ln_f(x)
         if targets is None:
-            return self.lm_head(x[:, [-1], :]), None  # (B, 1, V)
+            return self.lm_head(x if all_logits else x[:, [-1], :]), None  # (B, T, V) or (B, 1, V)
         logits = self.lm_head(x)  # (B, T, V)
         return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
 
@@ -445,6 +447,34 @@ class GPT(nn.Module):
         finally:
             self.enable_kv_cache(False)
         return idx
+
+
+def from_gpt2(source, block_size=None, dropout=0.0):
+    """OpenAI's GPT-2 as a `pre` GPT (nanoGPT's from_pretrained). source: a transformers GPT2LMHeadModel, or
+    what transformers loads one from: 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl' or a local folder.
+    block_size may crop its positions; its 50257 tokens stay unpadded (a padding row would take probability)."""
+    if isinstance(source, str):
+        try:
+            from transformers import GPT2LMHeadModel
+        except ImportError:
+            raise SystemExit("error: OpenAI's GPT-2 weights are read with transformers: pip install transformers")
+        try:
+            source = GPT2LMHeadModel.from_pretrained(source)
+        except OSError as e:
+            raise SystemExit(f"error: cannot load GPT-2 {source!r} ({str(e).splitlines()[0]}) For a local copy, run "
+                             f"GPT2LMHeadModel.from_pretrained({source!r}).save_pretrained(DIR) where the hub is "
+                             "reachable, then init_from=DIR")
+    hf = source.config
+    if (block_size or 0) > hf.n_positions:
+        raise SystemExit(f"error: block_size={block_size} is beyond GPT-2's {hf.n_positions} positions: lower it")
+    model = GPT(GPTConfig(block_size=block_size or hf.n_positions, vocab_size=hf.vocab_size, n_layer=hf.n_layer,
+                          n_head=hf.n_head, n_embd=hf.n_embd, dropout=dropout, bias=True, norm_mode="pre",
+                          norm_eps=hf.layer_norm_epsilon, gelu_tanh=hf.activation_function == "gelu_new"))
+    conv1d = (".c_attn.weight", ".c_proj.weight", ".c_fc.weight")  # transformers' Conv1D stores W as (in, out)
+    state = {k: v.t() if k.endswith(conv1d) else v for k, v in source.state_dict().items() if k in model.state_dict()}
+    state["transformer.wpe.weight"] = state["transformer.wpe.weight"][:model.config.block_size]
+    model.load_state_dict(state)  # strict: every parameter of ours is set
+    return model
 
 
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):

@@ -7,6 +7,7 @@ Train a GPT with any of model.py's norm modes, on one device (CPU included) or m
     torchrun --nnodes=2 --node_rank=0 --master_addr=10.0.0.1 --master_port=29500 --nproc_per_node=8 \\
         train.py configs/geonorm_125m.py              # and --node_rank=1 on the second node
     python train.py --out_dir=out --init_from=resume  # go on exactly where out/ckpt.pt stopped
+    python train.py --init_from=gpt2 --dataset=my_bpe_text --learning_rate=3e-5  # fine-tune OpenAI's GPT-2
 
 Settings: the defaults below, then (resuming) the checkpoint's, then config files (Python assignments)
 and --key=value arguments in the order given. Every random draw of a step, data and dropout alike, is
@@ -35,14 +36,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import configurator
 import prepare_data
-from model import GPT
+from model import GPT, from_gpt2
 from prepare_data import get_batch
 
 # settings: the assignments between the two rulers, read by configurator.py (python train.py --help)
 # --------------------------------------------------------------------------------------------------
 # I/O
 out_dir = "out"  # ckpt.pt, log.jsonl and config.json are written here
-init_from = "scratch"  # 'scratch', or 'resume' from out_dir/ckpt.pt
+init_from = "scratch"  # 'scratch', 'resume' from out_dir/ckpt.pt, or OpenAI's gpt2[-medium|-large|-xl] (or a folder)
 eval_interval = 250  # evaluate every this many steps, and at the end
 eval_iters = 20  # batches per split in an evaluation: the same batches every time
 log_interval = 10  # print and log the training loss every this many steps
@@ -80,6 +81,7 @@ geo_input_norm = True  # geonorm: LayerNorm before each sub-layer
 geo_radius = "sqrt_d"  # geonorm: the sphere's radius: sqrt_d, or embed (the embedding's own norm)
 geo_max_angle: float | None = None  # geonorm: smooth clamp of the rotation angle (radians); None: off
 sandwich_depth_scaled = False  # sandwich: output-norm gains scaled by 1/sqrt(n_layer)
+gelu_tanh = False  # gpt2: GELU's tanh approximation, as OpenAI's GPT-2 has it (init_from=gpt2 sets it)
 # optimizer: AdamW
 learning_rate = 1e-3  # peak learning rate
 max_iters = 2000  # optimizer steps in all
@@ -267,23 +269,22 @@ def provenance():
 
 # -------------------------------------------------------------------------------------------- main
 
-def setup_distributed(cfg):
-    """(rank, world size, device): from torchrun's environment when it is set, else one process."""
-    device = configurator.pick_device(cfg.device)  # under torchrun, a GPU is cuda:LOCAL_RANK
-    if "RANK" not in os.environ:
-        return 0, 1, device
-    if device.startswith("cuda"):
-        torch.cuda.set_device(device)
-    auto = "nccl" if device.startswith("cuda") else "gloo"
-    dist.init_process_group(auto if cfg.backend == "auto" else cfg.backend)
-    return dist.get_rank(), dist.get_world_size(), device
-
-
 def build_model(cfg, meta, ckpt, device):
-    """The model and its AdamW, fresh or from the checkpoint; and the model's GPTConfig arguments."""
-    config = configurator.model_config(cfg, meta)
+    """The model and its AdamW: fresh, from the checkpoint, or OpenAI's GPT-2, whose model settings then
+    replace cfg's (for config.json and resuming); and the model's GPTConfig arguments."""
     torch.manual_seed(cfg.seed)
-    model = GPT(config).to(device)
+    if cfg.init_from in ("scratch", "resume"):
+        config = configurator.model_config(cfg, meta)
+        if ckpt:  # its vocabulary: padded, or GPT-2's own 50257 when fine-tuned from OpenAI's weights
+            config.vocab_size = ckpt["model_args"]["vocab_size"]
+        model = GPT(config).to(device)
+    elif meta["tokenizer"] != "gpt2":
+        sys.exit(f"error: init_from={cfg.init_from} needs a dataset in GPT-2 BPE, and {cfg.dataset} is by "
+                 f"{meta['tokenizer']}: prepare one with prepare_data.py --tokenizer gpt2")
+    else:
+        model = from_gpt2(cfg.init_from, cfg.block_size, cfg.dropout).to(device)
+        config = model.config
+        vars(cfg).update({k: v for k, v in dataclasses.asdict(config).items() if k in vars(cfg)})
     betas, device_type = (cfg.beta1, cfg.beta2), device.split(":")[0]
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, betas, device_type)
     if ckpt:
@@ -318,7 +319,7 @@ def open_log(cfg, resumed_at):
 
 def main(argv):
     cfg, ckpt = configure(argv)
-    rank, world, device = setup_distributed(cfg)
+    rank, world, device = configurator.setup_distributed(cfg.device, cfg.backend)
     master, accum, device_type = rank == 0, accumulation_steps(cfg, world), device.split(":")[0]
     dtype = configurator.pick_dtype(cfg.dtype, device)
     ctx = configurator.autocast(device, dtype)

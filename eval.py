@@ -1,0 +1,273 @@
+"""
+Score a model on downstream tasks with EleutherAI's lm-evaluation-harness (pip install lm-eval): a
+checkpoint of train.py, or OpenAI's GPT-2 as the reference row.
+
+    python eval.py --out_dir=out --tasks=hellaswag,piqa,arc_easy,arc_challenge,winogrande,lambada_openai
+    python eval.py --init_from=gpt2 --out_dir=out/gpt2 --tasks=hellaswag --limit=500
+    python eval.py --out_dir=out --tasks=hellaswag_local --include_path=tasks/   # task YAMLs of your own
+    torchrun --standalone --nproc_per_node=8 eval.py --out_dir=out --tasks=hellaswag
+
+The harness owns the tasks, their prompts and their metrics; this script only answers its three kinds
+of request with model.py's GPT: the log-likelihood of a continuation (multiple choice, lambada), of a
+whole text in windows of block_size tokens (perplexity tasks such as wikitext), and greedy generation
+through GPT.generate's KV cache. It prints lm-eval's table and writes out_dir/eval.json.
+
+The tasks' data download from the Hugging Face hub on first use. Offline, give a task YAML that reads
+local files through --include_path (README: Evaluation). Under torchrun every process holds the whole
+model and scores its share of the examples. A character-level model scores at chance: the tasks need
+a model trained on GPT-2 BPE.
+"""
+import difflib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn import functional as F
+
+import configurator
+from model import from_gpt2
+from prepare_data import get_tokenizer
+from sample import load_checkpoint, prompt_ids
+
+try:  # only eval.py needs the harness: its absence is one line in main, and --help still works
+    import lm_eval
+    from lm_eval.api.model import TemplateLM
+    from lm_eval.tasks import TaskManager
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window, make_table
+except ImportError:
+    lm_eval, TemplateLM = None, object
+
+# settings: the assignments between the two rulers, read by configurator.py (python eval.py --help)
+# --------------------------------------------------------------------------------------------------
+out_dir = "out"  # the folder holding ckpt.pt; eval.json is written here
+init_from = "resume"  # 'resume': out_dir/ckpt.pt; or OpenAI's gpt2[-medium|-large|-xl], or a folder holding one
+tasks = "hellaswag,piqa,arc_easy,arc_challenge,winogrande,lambada_openai"  # lm-eval task names, by commas
+limit: int | None = None  # score only each task's first limit examples: a quick look, not a result
+num_fewshot: int | None = None  # solved examples put before each question; None: the task's default
+batch_size = 16  # sequences per forward pass, padded to the longest
+include_path = ""  # a folder of task YAMLs to add to lm-eval's own, e.g. a task on local files
+seed = 1234  # lm-eval's seed for choosing few-shot examples
+device = "auto"  # 'cpu', 'cuda', 'cuda:1', 'mps'; auto: cuda when available
+dtype = "auto"  # 'float32', or 'bfloat16' autocast; auto: bfloat16 on CUDA, float32 elsewhere
+# --------------------------------------------------------------------------------------------------
+
+GPT2_META = dict(tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None)  # OpenAI's GPT-2's tokens
+
+
+class StopGeneration(Exception):
+    """Raised from GPT.generate's on_token once the text holds a stop string: generation ends there."""
+
+
+class GPTAdapter(TemplateLM):
+    """model.py's GPT as an lm-eval model. TemplateLM turns each (context, continuation) request into
+    token ids and calls _loglikelihood_tokens; the other two kinds of request are answered below.
+    rank and world_size follow torchrun: lm-eval hands each process its share of the examples and pads
+    the shares to equal length; every process holds the whole model, so none waits on another."""
+
+    def __init__(self, model, meta, device, dtype, batch_size, rank=0, world_size=1):
+        super().__init__()
+        self.model, self.meta, self.batch_size = model, meta, batch_size
+        self.encode, self.decode = get_tokenizer(meta)
+        self.start = prompt_ids("", self.encode, meta)[0]  # <|endoftext|>, or a character table's newline
+        self.autocast = configurator.autocast(device, dtype)
+        self._device, self._rank, self._world_size = torch.device(device), rank, world_size
+
+    @property
+    def eot_token_id(self):
+        """The token texts start after (lm-eval conditions an empty context on it)."""
+        return self.start
+
+    def tok_encode(self, string, **kwargs):
+        if self.meta["tokenizer"] == "char" and (unknown := sorted(set(string) - set(self.meta["chars"]))):
+            listed = ", ".join(map(repr, unknown[:5]))
+            raise SystemExit(f"error: the task has characters this character-level model lacks ({listed}): "
+                             "downstream tasks need a BPE model, trained on --tokenizer gpt2 data")
+        return self.encode(string)
+
+    def tok_decode(self, tokens, **kwargs):
+        return self.decode(tokens)
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm=False, **kwargs):
+        """[(log p(continuation | context), whether greedy decoding gives the continuation)] for requests of
+        (strings, context ids, continuation ids). The context is cut from the left so that both fit the
+        window; the longest come first, so that a batch pads little."""
+        block_size, scored = self.model.config.block_size, [None] * len(requests)
+        for _, context, continuation in requests:
+            if len(continuation) > block_size:
+                raise SystemExit(f"error: a continuation of {len(continuation)} tokens does not fit this model's "
+                                 f"block_size={block_size}: the task needs a model with a longer context")
+        order = sorted(range(len(requests)), key=lambda i: -len(requests[i][1]) - len(requests[i][2]))
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start:start + self.batch_size]
+            windows = [((requests[i][1] + requests[i][2])[-(block_size + 1):], len(requests[i][2])) for i in batch]
+            for i, result in zip(batch, self.score(windows)):
+                scored[i] = result
+        return scored
+
+    @torch.no_grad()
+    def score(self, windows):
+        """For (tokens, n) pairs of at most block_size + 1 tokens each: the summed log-probability of the
+        last n tokens given those before, and whether each is the most likely one. One forward pass for
+        all: shorter rows are padded on the right, where causal attention keeps it from earlier positions."""
+        x = torch.zeros(len(windows), max(len(tokens) for tokens, _ in windows) - 1, dtype=torch.long)  # (B, T)
+        for row, (tokens, _) in enumerate(windows):
+            x[row, :len(tokens) - 1] = torch.tensor(tokens[:-1])
+        with self.autocast:
+            logits, _ = self.model(x.to(self.device), all_logits=True)  # (B, T, V)
+        results = []
+        for row, (tokens, n) in enumerate(windows):
+            logp = F.log_softmax(logits[row, len(tokens) - 1 - n:len(tokens) - 1].float(), dim=-1)  # (n, V)
+            target = torch.tensor(tokens[-n:], device=logp.device)
+            results.append((logp.gather(1, target[:, None]).sum().item(), bool((logp.argmax(-1) == target).all())))
+        return results
+
+    def loglikelihood_rolling(self, requests, disable_tqdm=False):
+        """log p(text) for each text, from the start token on, in lm-eval's rolling windows as its own
+        Hugging Face model makes them for wikitext: each window predicts the next block_size tokens (or
+        the rest) given what fits before them in the window (for a full window, one token)."""
+        windows, owners = [], []
+        for i, (text,) in enumerate(request.args for request in requests):
+            for context, continuation in map(make_disjoint_window, get_rolling_token_windows(
+                    self.tok_encode(text), self.start, self.model.config.block_size, context_len=1)):
+                windows.append(((text, ""), context, continuation))
+                owners.append(i)
+        totals = [0.0] * len(requests)
+        for i, (logp, _) in zip(owners, self._loglikelihood_tokens(windows)):
+            totals[i] += logp
+        return totals
+
+    def generate_until(self, requests, disable_tqdm=False):
+        return [self.generate(context, options) for context, options in (request.args for request in requests)]
+
+    def generate(self, context, options):
+        """A continuation of context by GPT.generate with the KV cache, greedy unless do_sample, cut before
+        the first stop string (`until`, and <|endoftext|>) or after max_gen_toks tokens. The context is cut
+        from the left so that it and the new tokens fit one window, as lm-eval's own models do."""
+        until = [options["until"]] if isinstance(options.get("until"), str) else list(options.get("until") or [])
+        until += [self.decode([self.meta["eot_token"]])] if self.meta["eot_token"] is not None else []
+        max_new = options.get("max_gen_toks", 256)
+        temperature = options.get("temperature", 1.0) if options.get("do_sample") else 0.0
+        ids = self.tok_encode(context)[-max(1, self.model.config.block_size - max_new):] or [self.start]
+        new = []
+
+        def on_token(token):  # (1, 1)
+            new.append(token.item())
+            if any(stop in self.decode(new) for stop in until):
+                raise StopGeneration
+
+        try:
+            with self.autocast:
+                self.model.generate(torch.tensor([ids], device=self.device), max_new, temperature, on_token=on_token)
+        except StopGeneration:
+            pass
+        text = self.decode(new)
+        for stop in until:
+            text = text.split(stop)[0]
+        return text
+
+    # lm-eval's collectives across torchrun's processes (it calls them only when world_size > 1)
+
+    def all_gather(self, tensor):
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor)
+        return torch.stack(parts) if tensor.dim() == 0 else torch.cat(parts)
+
+    def gather_object(self, obj, dst=0):
+        parts = [None] * self.world_size if self.rank == dst else None
+        dist.gather_object(obj, parts, dst=dst)
+        return parts
+
+    def barrier(self):
+        dist.barrier()
+
+
+def check_settings(s):
+    """One-line errors for values no evaluation can use, before anything is loaded."""
+    if s["init_from"] == "scratch":
+        raise SystemExit("error: eval.py scores a trained model: init_from=resume (out_dir/ckpt.pt) or a GPT-2")
+    if not [t for t in s["tasks"].split(",") if t]:
+        raise SystemExit("error: no tasks: give --tasks=hellaswag,piqa,... (lm-eval's names)")
+    if s["batch_size"] < 1 or (s["limit"] is not None and s["limit"] < 1) or (s["num_fewshot"] or 0) < 0:
+        raise SystemExit("error: batch_size and limit must be >= 1, num_fewshot >= 0")
+
+
+def task_manager(include_path, names):
+    """The tasks of include_path, and lm-eval's own unless include_path has them all (indexing lm-eval's
+    ~15,000 takes seconds); an unknown name is a one-line error with a did-you-mean."""
+    if include_path and not os.path.isdir(include_path):
+        raise SystemExit(f"error: include_path={include_path} is not a folder of task YAMLs")
+    manager = TaskManager(include_path=include_path or None, include_defaults=False) if include_path else None
+    if manager is None or not set(names) <= set(manager.all_tasks):
+        manager = TaskManager(include_path=include_path or None)
+    for name in names:
+        if name not in manager.all_tasks and not os.path.isfile(name):  # lm-eval also takes a YAML's path
+            guess = difflib.get_close_matches(name, manager.all_tasks, n=1)
+            raise SystemExit(f"error: unknown task {name!r}: " + (f"did you mean {guess[0]!r}?" if guess else
+                             "`lm-eval ls tasks` lists lm-eval's own; add yours with --include_path=DIR"))
+    return manager
+
+
+def headline(metrics):
+    """(metric, value, stderr) that sums up a task: acc_norm where it has one (length-normalized, the usual
+    choice for hellaswag, arc and piqa), else acc, else its first number (a perplexity, say)."""
+    values = {k.split(",")[0]: v for k, v in metrics.items() if isinstance(v, float) and "_stderr" not in k}
+    name = next((m for m in ("acc_norm", "acc") if m in values), next(iter(values), None))
+    stderr = metrics.get(f"{name}_stderr,none")
+    return name, values.get(name), stderr if isinstance(stderr, float) else None
+
+
+def write_json(path, data):
+    """path written whole or not at all: a temporary file beside it, renamed into place."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    """Evaluate and write out_dir/eval.json; returns its contents (None on processes other than the first)."""
+    s, _ = configurator.parse_settings(sys.argv[1:] if argv is None else argv, __file__)
+    check_settings(s)
+    if lm_eval is None:
+        raise SystemExit("error: eval.py scores with EleutherAI's lm-evaluation-harness: pip install lm-eval")
+    names = [t for t in s["tasks"].split(",") if t]
+    rank, world, device = configurator.setup_distributed(s["device"])
+    try:
+        manager = task_manager(s["include_path"], names)
+        if s["init_from"] == "resume":
+            model, meta = load_checkpoint(s["out_dir"], device)
+        else:
+            model, meta = from_gpt2(s["init_from"]).to(device).eval(), GPT2_META
+        lm = GPTAdapter(model, meta, device, configurator.pick_dtype(s["dtype"], device), s["batch_size"], rank, world)
+        t0 = time.time()
+        try:
+            results = lm_eval.simple_evaluate(model=lm, tasks=names, num_fewshot=s["num_fewshot"], limit=s["limit"],
+                                              task_manager=manager, bootstrap_iters=1000, log_samples=False,
+                                              random_seed=s["seed"], fewshot_random_seed=s["seed"])
+        except ConnectionError as e:  # a task's data is not in the datasets cache, and the hub is out of reach
+            raise SystemExit(f"error: {configurator.first_line(e)}: offline, point a task YAML at local copies of "
+                             "the data and pass its folder as --include_path=DIR (README: Evaluation)")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    if results is None:  # not the first process: it scored its share
+        return None
+    print(make_table(results))
+    report = dict(
+        scores={task: dict(zip(("metric", "value", "stderr"), headline(metrics))) for task, metrics in
+                results["results"].items()},
+        results=results["results"], versions=results["versions"], n_shot=results["n-shot"],
+        n_samples=results["n-samples"], lm_eval_version=lm_eval.__version__, settings=s, processes=world,
+        model=dict(source=s["init_from"], parameters=model.get_num_params(), config=vars(model.config)),
+        seconds=time.time() - t0)
+    Path(s["out_dir"]).mkdir(parents=True, exist_ok=True)
+    write_json(Path(s["out_dir"]) / "eval.json", report)
+    print(f"wrote {Path(s['out_dir']) / 'eval.json'}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
