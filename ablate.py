@@ -18,6 +18,10 @@ which the command line sets as --<name>=...:
                                    own mode (pre runs once beside a geo_alpha sweep); other keys vary every mode
     nproc  N                       processes per run: N > 1 launches train.py through torchrun (default 1)
     jobs   J                       runs at once, the CPU's threads split among them (default 1)
+    eval_tasks  hellaswag,piqa     after training, score each finished run with eval.py on these lm-eval
+                                   tasks, tabled as mean ± std over seeds (default: none)
+    eval_limit  N                  eval.py's --limit: only each task's first N examples (default: all)
+    eval_include_path  DIR         eval.py's --include_path: task YAMLs of your own (default: none)
 
 A value repeated in modes, seeds, lrs or a sweep (--seeds=1,1, --lrs=1e-3,0.001) is run once.
 
@@ -26,8 +30,9 @@ the ablate_* lines are not, so train.py still rejects unknown settings. Per run 
 learning_rate, seed, out_dir, min_lr (at the config's ratio to learning_rate) and log_layer_stats=True
 (unless told otherwise), and trains in out_dir/ablate/<mode>_lr<lr>_s<seed>[_<key><value>...]. A run whose
 log.jsonl ends finished or diverged is skipped and one with a checkpoint resumes: run the same command again
-to finish a stopped ablation; delete a run's folder to train it again. A diverged run (non-finite loss) is a
-result, tabled and plotted as diverged. out_dir/ablate gets results.md, results.json and the plots.
+to finish a stopped ablation; delete a run's folder to train it again. A run whose eval.json holds the same
+eval_tasks and eval_limit is not evaluated again. A diverged run (non-finite loss) is a result, tabled and
+plotted as diverged. out_dir/ablate gets results.md, results.json and the plots.
 """
 import ast
 import itertools
@@ -50,16 +55,19 @@ from model import NORM_MODES
 
 OWN = {"ablate_modes": ("all", (str, list)), "ablate_seeds": (None, (list, type(None))),
        "ablate_lrs": (None, (list, type(None))), "ablate_sweep": ({}, (dict,)), "ablate_nproc": (1, (int,)),
-       "ablate_jobs": (1, (int,))}
+       "ablate_jobs": (1, (int,)), "ablate_eval_tasks": ("", (str,)), "ablate_eval_limit": (None, (int, type(None))),
+       "ablate_eval_include_path": ("", (str,))}
 PER_RUN = ("norm_mode", "learning_rate", "min_lr", "seed", "out_dir", "init_from")  # set by ablate.py, not swept
 MODE_OF_PREFIX = {"geo_": "geonorm", "sandwich_": "sandwich", "simplenorm_": "simplenorm"}
-TRAIN = str(Path(__file__).with_name("train.py"))
+TRAIN, EVAL = str(Path(__file__).with_name("train.py")), str(Path(__file__).with_name("eval.py"))
 
 
 # ------------------------------------------------------------------------------------ settings
 
 def own_arg(name, text, settings):
-    """--modes=pre,geonorm and friends as ablate.py's value: lists, a {key: values} sweep, or an int."""
+    """--modes=pre,geonorm and friends as ablate.py's value: lists, a {key: values} sweep, an int or the text."""
+    if OWN[name][1] == (str,):
+        return text
     if name == "ablate_sweep":
         key, _, values = text.partition("=")
         return {key: [configurator.parse_arg(f"--{key}={v}", settings)[key] for v in values.split(",")]}
@@ -101,7 +109,8 @@ def configure(argv):
     seeds = unique(configurator.checked("seed", s, settings, "seeds") for s in own["ablate_seeds"] or [base["seed"]])
     lrs = own["ablate_lrs"] and unique(configurator.checked("learning_rate", lr, settings, "lrs")
                                        for lr in own["ablate_lrs"])
-    return dict(modes=modes, seeds=seeds, lrs=lrs,
+    evaluation = {k[12:]: own[k] for k in ("ablate_eval_tasks", "ablate_eval_limit", "ablate_eval_include_path")}
+    return dict(modes=modes, seeds=seeds, lrs=lrs, eval=evaluation,
                 sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"],
                 given={"log_layer_stats": True} | given, base=base)
 
@@ -163,19 +172,32 @@ def check_not_stale(runs):
                              f"delete it, or pick another out_dir")
 
 
-def execute(run, nproc, threads):
-    """Train one run unless it is done: fresh, or resumed from its checkpoint. Returns (what, seconds)."""
-    if read_log(run["dir"])["status"] in ("finished", "diverged"):
-        return "skipped", 0.0
-    resume = (run["dir"] / "ckpt.pt").exists()
-    args = [f"--{k}={v}" for k, v in run["settings"].items()] + ["--init_from=resume"] * resume
+def evaluated(folder, evaluation):
+    """Whether folder/eval.json scored the tasks with the limit asked for."""
+    path = folder / "eval.json"
+    done = json.loads(path.read_text())["settings"] if path.exists() else {}
+    return all(done.get(k) == evaluation[k] for k in ("tasks", "limit"))
+
+
+def execute(run, nproc, threads, evaluation):
+    """Train one run unless it is done: fresh, or resumed from its checkpoint; then, when eval tasks are
+    asked for, score it with eval.py unless that is done too. Returns (what, seconds)."""
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
-    run["dir"].mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    with open(run["dir"] / "train.log", "a") as out:  # train.py's own output, kept out of the progress lines
-        subprocess.run([sys.executable, *launcher, TRAIN, *args], stdout=out, stderr=subprocess.STDOUT,
-                       env=os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))})
-    return "resumed" if resume else "ran", time.time() - t0
+    env = os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
+    what, t0 = "skipped", time.time()
+    if read_log(run["dir"])["status"] not in ("finished", "diverged"):
+        resume = (run["dir"] / "ckpt.pt").exists()
+        args = [f"--{k}={v}" for k, v in run["settings"].items()] + ["--init_from=resume"] * resume
+        run["dir"].mkdir(parents=True, exist_ok=True)
+        with open(run["dir"] / "train.log", "a") as out:  # train.py's own output, kept out of the progress lines
+            subprocess.run([sys.executable, *launcher, TRAIN, *args], stdout=out, stderr=subprocess.STDOUT, env=env)
+        what = "resumed" if resume else "ran"
+    if evaluation["tasks"] and read_log(run["dir"])["status"] == "finished" and not evaluated(run["dir"], evaluation):
+        args = [f"--out_dir={run['dir']}"] + [f"--{k}={v}" for k, v in evaluation.items() if v]
+        with open(run["dir"] / "eval.log", "a") as out:
+            subprocess.run([sys.executable, *launcher, EVAL, *args], stdout=out, stderr=subprocess.STDOUT, env=env)
+        what += ", evaluated"
+    return what, time.time() - t0
 
 
 def progress_line(i, n, run, what, seconds):
@@ -193,13 +215,16 @@ def mean_std(values):
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def summarize(runs):
-    """The runs' logs folded over seeds: one dict per group, in the order the groups were planned."""
+def summarize(runs, evaluation):
+    """The runs' logs and eval tasks' scores folded over seeds: one dict per group, in the order the groups
+    were planned."""
     groups = {}
     for run in runs:
         g = groups.setdefault(run["group"], dict(group=run["group"], mode=run["mode"], lr=run["lr"], runs=[],
                                                  tripled=run["tripled"], sweep=run["sweep"]))
-        g["runs"].append(dict(name=run["name"], seed=run["seed"], **read_log(run["dir"])))
+        path = run["dir"] / "eval.json"
+        scores = json.loads(path.read_text())["scores"] if evaluated(run["dir"], evaluation) else {}
+        g["runs"].append(dict(name=run["name"], seed=run["seed"], scores=scores, **read_log(run["dir"])))
     for g in groups.values():
         done = [r for r in g["runs"] if r["status"] == "finished"]
         g["finished"] = len(done)
@@ -208,12 +233,26 @@ def summarize(runs):
         g["best_val_loss"] = statistics.fmean(r["best_val_loss"] for r in done) if done else None
         speeds = [r["tokens_per_s"] for r in done if r["tokens_per_s"]]
         g["tokens_per_s"] = statistics.fmean(speeds) if speeds else None
+        g["tasks"] = {}
+        for task in filter(None, evaluation["tasks"].split(",")):
+            scored = [r["scores"][task] for r in done if r["scores"].get(task, {}).get("value") is not None]
+            if scored:
+                mean, std = mean_std([s["value"] for s in scored])
+                g["tasks"][task] = dict(metric=scored[0]["metric"], mean=mean, std=std, runs=len(scored))
     return list(groups.values())
 
 
+def score_cell(score):
+    """An eval task's mean ± std over the seeds (the mean alone for one seed), or — when none was scored."""
+    return "—" if score is None else f"{score['mean']:.4f}" + (f" ± {score['std']:.4f}" if score["runs"] > 1 else "")
+
+
 def table(groups):
-    rows = ["| mode | settings | lr | seeds | final val loss | best val loss | diverged | tokens/s |",
-            "|---|---|---|---|---|---|---|---|"]
+    """results.md's table: a row per group; a column per eval task, headed by the metric that sums it up."""
+    metrics = {t: s["metric"] for g in groups for t, s in g["tasks"].items()}  # task -> metric, first seen first
+    rows = ["| mode | settings | lr | seeds | final val loss | best val loss | diverged | tokens/s |"
+            + "".join(f" {task} {metric} |" for task, metric in metrics.items()),
+            "|---|---|---|---|---|---|---|---|" + "---|" * len(metrics)]
     for g in groups:
         seeds, (mean, std) = g["finished"] + g["diverged"], g["final_val_loss"] or (None, None)
         final = ("diverged" if g["diverged"] else "failed") if mean is None else f"{mean:.4f}" + (f" ± {std:.4f}" if g["finished"] > 1 else "")
@@ -222,7 +261,8 @@ def table(groups):
         speed = "—" if g["tokens_per_s"] is None else f"{g['tokens_per_s']:,.0f}"
         settings = " ".join(f"{k}={v}" for k, v in g["sweep"].items()) or "—"
         lr = f"{g['lr']:g}" + (" (3×)" if g["tripled"] else "")
-        rows.append(f"| {g['mode']} | {settings} | {lr} | {seeds} | {final} | {best} | {diverged} | {speed} |")
+        scores = "".join(f" {score_cell(g['tasks'].get(task))} |" for task in metrics)
+        rows.append(f"| {g['mode']} | {settings} | {lr} | {seeds} | {final} | {best} | {diverged} | {speed} |{scores}")
     return "\n".join(rows)
 
 
@@ -230,7 +270,9 @@ def write_results(groups, plan, root, argv, pngs):
     ranked = sorted((g for g in groups if g["final_val_loss"]), key=lambda g: g["final_val_loss"][0])
     order = " < ".join(f"{g['group']} {g['final_val_loss'][0]:.4f}" for g in ranked)
     text = (f"# Ablation\n\n`python ablate.py {' '.join(argv)}`\n\nFinal val loss: at the last step, mean ± std "
-            f"over the seeds that finished; best: the lowest evaluation, mean over them.\n\n{table(groups)}\n\n"
+            f"over the seeds that finished; best: the lowest evaluation, mean over them."
+            + (" Eval tasks (eval.py, lm-eval): acc_norm where the task has it, else acc, mean ± std over the seeds"
+               " that finished." if plan["eval"]["tasks"] else "") + f"\n\n{table(groups)}\n\n"
             f"Lowest final val loss first: {order or 'none finished'}\n\n" + "".join(f"![{p}]({p})\n" for p in pngs))
     (root / "results.md").write_text(text)
     plan = {k: v for k, v in plan.items() if k != "base"}
@@ -331,14 +373,14 @@ def main(argv):
     threads = max(1, (os.cpu_count() or 1) // (plan["jobs"] * plan["nproc"]))
     print(f"{len(runs)} runs in {root}, {plan['jobs']} at a time, {threads} threads each")
     with ThreadPoolExecutor(plan["jobs"]) as pool:
-        futures = {pool.submit(execute, run, plan["nproc"], threads): run for run in runs}
+        futures = {pool.submit(execute, run, plan["nproc"], threads, plan["eval"]): run for run in runs}
         try:
             for i, future in enumerate(as_completed(futures), 1):
                 print(progress_line(i, len(runs), futures[future], *future.result()), flush=True)
         except KeyboardInterrupt:  # the runs got the signal too: they save a checkpoint and stop
             pool.shutdown(cancel_futures=True)
             sys.exit("interrupted: run the same command again to go on")
-    groups = summarize(runs)
+    groups = summarize(runs, plan["eval"])
     print(write_results(groups, plan, root, argv, plot_all(groups, root)))
     if failed := [r["name"] for g in groups for r in g["runs"] if r["status"] not in ("finished", "diverged")]:
         sys.exit(f"error: {len(failed)} runs did not finish: {', '.join(failed)} (see their train.log)")

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.nn import functional as F
+from tqdm import tqdm
 
 import configurator
 from model import from_gpt2
@@ -101,7 +102,8 @@ class GPTAdapter(TemplateLM):
                 raise SystemExit(f"error: a continuation of {len(continuation)} tokens does not fit this model's "
                                  f"block_size={block_size}: the task needs a model with a longer context")
         order = sorted(range(len(requests)), key=lambda i: -len(requests[i][1]) - len(requests[i][2]))
-        for start in range(0, len(order), self.batch_size):
+        batches = range(0, len(order), self.batch_size)
+        for start in tqdm(batches, desc="scoring", unit="batch", disable=disable_tqdm or self.rank != 0):
             batch = order[start:start + self.batch_size]
             windows = [((requests[i][1] + requests[i][2])[-(block_size + 1):], len(requests[i][2])) for i in batch]
             for i, result in zip(batch, self.score(windows)):
@@ -141,7 +143,8 @@ class GPTAdapter(TemplateLM):
         return totals
 
     def generate_until(self, requests, disable_tqdm=False):
-        return [self.generate(context, options) for context, options in (request.args for request in requests)]
+        args = tqdm([request.args for request in requests], desc="generating", disable=disable_tqdm or self.rank != 0)
+        return [self.generate(context, options) for context, options in args]
 
     def generate(self, context, options):
         """A continuation of context by GPT.generate with the KV cache, greedy unless do_sample, cut before
@@ -246,7 +249,7 @@ def main(argv=None):
         try:
             results = lm_eval.simple_evaluate(model=lm, tasks=names, num_fewshot=s["num_fewshot"], limit=s["limit"],
                                               task_manager=manager, bootstrap_iters=1000, log_samples=False,
-                                              random_seed=s["seed"], fewshot_random_seed=s["seed"])
+                                              fewshot_random_seed=s["seed"])
         except ConnectionError as e:  # a task's data is not in the datasets cache, and the hub is out of reach
             raise SystemExit(f"error: {configurator.first_line(e)}: offline, point a task YAML at local copies of "
                              "the data and pass its folder as --include_path=DIR (README: Evaluation)")
@@ -261,7 +264,8 @@ def main(argv=None):
                 results["results"].items()},
         results=results["results"], versions=results["versions"], n_shot=results["n-shot"],
         n_samples=results["n-samples"], lm_eval_version=lm_eval.__version__, settings=s, processes=world,
-        model=dict(source=s["init_from"], parameters=model.get_num_params(), config=vars(model.config)),
+        model=dict(source=str(Path(s["out_dir"]) / "ckpt.pt") if s["init_from"] == "resume" else s["init_from"],
+                   parameters=model.get_num_params(), config=vars(model.config)),
         seconds=time.time() - t0)
     Path(s["out_dir"]).mkdir(parents=True, exist_ok=True)
     write_json(Path(s["out_dir"]) / "eval.json", report)

@@ -4,6 +4,8 @@ OpenAI's GPT-2 converted into model.py (a tiny random one saved locally: no down
 import json
 import math
 import os
+import statistics
+import shutil
 import subprocess
 import sys
 
@@ -11,10 +13,12 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+import ablate
 import eval as evaluation
 import prepare_data
 import train
 from conftest import ROOT, needs_gpt2
+from model import from_gpt2
 from sample import load_checkpoint
 
 lm_eval = pytest.importorskip("lm_eval")
@@ -178,7 +182,7 @@ def tasks_dir(tmp_path_factory, ll_docs):
     return folder
 
 
-def expected_scores(model, encode, ll_docs, n=len(QUESTIONS)):
+def expected_scores(model, encode, ll_docs, n=len(QUESTIONS), start="\n"):
     """What the three tasks must score, computed with model.py's own forward on the first n docs."""
     mc_acc, mc_norm = [], []
     for doc in MC_DOCS[:n]:
@@ -186,7 +190,7 @@ def expected_scores(model, encode, ll_docs, n=len(QUESTIONS)):
         mc_acc.append(max(range(4), key=lambda j: lls[j]) == doc["answer"])
         mc_norm.append(max(range(4), key=lambda j: lls[j] / len(doc["choices"][j])) == doc["answer"])
     ll = [own_loglikelihood(model, encode(d["context"]), encode(d["word"])) for d in ll_docs[:n]]
-    rolled = [own_loglikelihood(model, encode("\n"), encode(d["text"]))[0] for d in ROLL_DOCS[:n]]  # one window each
+    rolled = [own_loglikelihood(model, encode(start), encode(d["text"]))[0] for d in ROLL_DOCS[:n]]  # one window each
     bits = -sum(rolled) / sum(len(d["text"].encode()) for d in ROLL_DOCS[:n]) / math.log(2)
     return {("tiny_mc", "acc"): sum(mc_acc) / n, ("tiny_mc", "acc_norm"): sum(mc_norm) / n,
             ("tiny_ll", "acc"): sum(g for _, g in ll) / n, ("tiny_ll", "perplexity"): math.exp(-sum(p for p, _ in ll) / n),
@@ -230,6 +234,121 @@ def test_limit_scores_only_the_first_examples(out_dir, tasks_dir, model_meta, ll
     assert metrics_of(report) == pytest.approx({k: v for k, v in want.items() if k[0] == "tiny_mc"})
 
 
+def test_two_torchrun_processes_share_the_examples_and_score_the_same(evaluated, out_dir, tasks_dir, tmp_path):
+    """lm-eval's rank/world_size protocol with gloo: each process scores every other example, the first
+    gathers the metrics."""
+    shutil.copy(out_dir / "ckpt.pt", tmp_path / "ckpt.pt")
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "eval.py",
+                    f"--out_dir={tmp_path}", "--tasks=tiny_mc,tiny_ll,tiny_roll", f"--include_path={tasks_dir}",
+                    "--device=cpu"], cwd=ROOT, check=True, capture_output=True, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    report = json.loads((tmp_path / "eval.json").read_text())
+    assert report["processes"] == 2 and metrics_of(report) == pytest.approx(metrics_of(evaluated))
+
+
 def test_the_hub_out_of_reach_is_one_line_naming_include_path(out_dir, tasks_dir):
     with pytest.raises(SystemExit, match=r"^error: .*no_such_dataset.*offline, .*--include_path=DIR"):
         evaluation.main([f"--out_dir={out_dir}", "--tasks=tiny_hub", f"--include_path={tasks_dir}", "--device=cpu"])
+
+
+# ------------------------------------------------------------------------------------ OpenAI's GPT-2
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory):
+    """A tiny GPT2LMHeadModel saved as OpenAI's are (no download), every parameter drawn at random, the
+    LayerNorms' included, so that a conversion that misplaces any of them shows."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=64))
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0.0, 0.2)
+    folder = tmp_path_factory.mktemp("gpt2")
+    hf.save_pretrained(folder)
+    return folder, hf.eval()
+
+
+@torch.no_grad()
+def test_gpt2_converts_into_pre_mode_with_equal_logits(gpt2_dir):
+    folder, hf = gpt2_dir
+    x = torch.randint(0, 50257, (2, 64), generator=torch.Generator().manual_seed(0))
+    want = hf(x).logits
+    for source in (hf, str(folder)):  # the model, or the folder transformers loads it from
+        model = from_gpt2(source).eval()
+        assert (model.config.norm_mode, model.config.bias, model.config.vocab_size) == ("pre", True, 50257)
+        assert (model(x, all_logits=True)[0] - want).abs().max() < 1e-5
+    assert (from_gpt2(hf, block_size=16).eval()(x[:, :16], all_logits=True)[0] - want[:, :16]).abs().max() < 1e-5
+
+
+def test_train_refuses_to_fine_tune_gpt2_on_a_character_dataset(gpt2_dir, data_dir, tmp_path):
+    with pytest.raises(SystemExit, match=r"^error: init_from=.* needs a dataset in GPT-2 BPE, and tiny is by char"):
+        train.main([f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, f"--init_from={gpt2_dir[0]}"])
+
+
+@needs_gpt2
+def test_train_fine_tunes_gpt2_and_resumes(gpt2_dir, shakespeare_text, tmp_path):
+    (tmp_path / "input.txt").write_text(shakespeare_text[:20_000])
+    prepare_data.prepare("text", tmp_path / "bpe", inputs=[str(tmp_path / "input.txt")], val_tokens=500, workers=1)
+    args = [f"--data_dir={tmp_path}", "--dataset=bpe", f"--out_dir={tmp_path / 'out'}", "--block_size=32",
+            "--batch_size=2", "--eval_iters=1", "--device=cpu", "--compile=False", "--log_interval=1"]
+    train.main(args + [f"--init_from={gpt2_dir[0]}", "--max_iters=1", "--learning_rate=0.0"])  # a step that moves nothing
+    ckpt = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
+    converted = from_gpt2(str(gpt2_dir[0]), block_size=32).state_dict()
+    assert ckpt["model"].keys() == converted.keys()
+    assert all(torch.equal(ckpt["model"][k], v) for k, v in converted.items())  # GPT-2's weights, cropped to 32
+    assert {k: ckpt["config"][k] for k in ("n_layer", "n_embd", "bias", "gelu_tanh")} == dict(
+        n_layer=2, n_embd=32, bias=True, gelu_tanh=True)
+    train.main(args + ["--init_from=resume", "--max_iters=3", "--learning_rate=1e-3"])  # GPT-2's 50257 rows
+    assert torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)["iter_num"] == 3
+
+
+@needs_gpt2
+def test_eval_scores_a_local_gpt2_as_the_reference_row(gpt2_dir, tasks_dir, ll_docs, tmp_path):
+    report = evaluation.main([f"--init_from={gpt2_dir[0]}", f"--out_dir={tmp_path}", "--device=cpu",
+                              "--tasks=tiny_mc,tiny_ll,tiny_roll", f"--include_path={tasks_dir}"])
+    model, encode = from_gpt2(str(gpt2_dir[0])).eval(), prepare_data.get_tokenizer(evaluation.GPT2_META)[0]
+    want = expected_scores(model, encode, ll_docs, start="<|endoftext|>")
+    assert metrics_of(report) == pytest.approx(want) and report["model"]["source"] == str(gpt2_dir[0])
+
+
+# ------------------------------------------------------------------------------------- ablate.py --eval_tasks
+
+def test_ablate_scores_each_finished_run_once_and_tables_it(data_dir, tasks_dir, tmp_path):
+    args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--max_iters=5", "--eval_interval=5",
+            "--modes=pre", "--seeds=1", "--eval_tasks=tiny_mc,tiny_ll", "--eval_limit=4",
+            f"--eval_include_path={tasks_dir}"]
+    ablate.main(args)
+    report = json.loads((tmp_path / "ablate" / "pre_lr0.01_s1" / "eval.json").read_text())
+    assert (report["settings"]["tasks"], report["settings"]["limit"]) == ("tiny_mc,tiny_ll", 4)
+    group, = json.loads((tmp_path / "ablate" / "results.json").read_text())["groups"]
+    assert group["tasks"]["tiny_mc"] == dict(metric="acc_norm", mean=report["scores"]["tiny_mc"]["value"], std=0.0, runs=1)
+    header, _, row = [line for line in (tmp_path / "ablate" / "results.md").read_text().splitlines() if line[:1] == "|"]
+    assert header.endswith("| tiny_mc acc_norm | tiny_ll acc |")
+    assert row.endswith(f"| {report['scores']['tiny_mc']['value']:.4f} | {report['scores']['tiny_ll']['value']:.4f} |")
+    before = (tmp_path / "ablate" / "pre_lr0.01_s1" / "eval.json").stat().st_mtime_ns
+    ablate.main(args)  # trained and evaluated already: nothing runs again
+    assert (tmp_path / "ablate" / "pre_lr0.01_s1" / "eval.json").stat().st_mtime_ns == before
+
+
+def test_ablate_folds_task_scores_into_mean_and_std_over_the_seeds(tmp_path):
+    evaluation, runs = dict(tasks="hellaswag", limit=None, include_path=""), []
+    for seed, value in ((1, 0.30), (2, 0.34), (3, 0.29)):
+        folder = tmp_path / f"pre_s{seed}"
+        folder.mkdir()
+        (folder / "log.jsonl").write_text(json.dumps(dict(event="eval", iter=5, val_loss=1.0)) + "\n"
+                                          + json.dumps(dict(event="end", status="finished", iter=5)) + "\n")
+        (folder / "eval.json").write_text(json.dumps(dict(settings=dict(evaluation), scores=dict(
+            hellaswag=dict(metric="acc_norm", value=value, stderr=0.01)))))
+        runs.append(dict(name=folder.name, group="pre", mode="pre", lr=1e-3, tripled=False, sweep={}, seed=seed,
+                         dir=folder))
+    group, = ablate.summarize(runs, evaluation)
+    assert group["tasks"]["hellaswag"] == pytest.approx(dict(
+        metric="acc_norm", mean=statistics.fmean([0.30, 0.34, 0.29]), std=statistics.stdev([0.30, 0.34, 0.29]), runs=3))
+    assert ablate.table([group]).splitlines()[-1].endswith(" 0.3100 ± 0.0265 |")
+
+
+def test_ablate_evaluates_again_only_for_other_tasks_or_limit(tmp_path):
+    (tmp_path / "eval.json").write_text(json.dumps(dict(settings=dict(tasks="hellaswag,piqa", limit=100))))
+    assert ablate.evaluated(tmp_path, dict(tasks="hellaswag,piqa", limit=100, include_path=""))
+    assert not ablate.evaluated(tmp_path, dict(tasks="hellaswag,piqa", limit=None, include_path=""))
+    assert not ablate.evaluated(tmp_path, dict(tasks="hellaswag", limit=100, include_path=""))
+    assert not ablate.evaluated(tmp_path / "no_run", dict(tasks="hellaswag", limit=100, include_path=""))
