@@ -281,7 +281,8 @@ def test_gpt2_converts_into_pre_mode_with_equal_logits(gpt2_dir):
 
 def test_train_refuses_to_fine_tune_gpt2_on_a_character_dataset(gpt2_dir, data_dir, tmp_path):
     with pytest.raises(SystemExit, match=r"^error: init_from=.* needs a dataset in GPT-2 BPE, and tiny is by char"):
-        train.main([f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, f"--init_from={gpt2_dir[0]}"])
+        train.main([f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, f"--init_from={gpt2_dir[0]}",
+                    "--max_iters=1"])
 
 
 @needs_gpt2
