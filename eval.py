@@ -18,7 +18,6 @@ model and scores its share of the examples. A character-level model scores at ch
 a model trained on GPT-2 BPE.
 """
 import difflib
-import json
 import os
 import sys
 import time
@@ -30,8 +29,8 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 import configurator
+import prepare_data
 from model import from_gpt2
-from prepare_data import get_tokenizer
 from sample import load_checkpoint, prompt_ids
 
 try:  # only eval.py needs the harness: its absence is one line in main, and --help still works
@@ -72,7 +71,7 @@ class GPTAdapter(TemplateLM):
     def __init__(self, model, meta, device, dtype, batch_size, rank=0, world_size=1):
         super().__init__()
         self.model, self.meta, self.batch_size = model, meta, batch_size
-        self.encode, self.decode = get_tokenizer(meta)
+        self.encode, self.decode = prepare_data.get_tokenizer(meta)
         self.start = prompt_ids("", self.encode, meta)[0]  # <|endoftext|>, or a character table's newline
         self.autocast = configurator.autocast(device, dtype)
         self._device, self._rank, self._world_size = torch.device(device), rank, world_size
@@ -194,8 +193,6 @@ def check_settings(s):
         raise SystemExit("error: eval.py scores a trained model: init_from=resume (out_dir/ckpt.pt) or a GPT-2")
     if not [t for t in s["tasks"].split(",") if t]:
         raise SystemExit("error: no tasks: give --tasks=hellaswag,piqa,... (lm-eval's names)")
-    if s["batch_size"] < 1 or (s["limit"] is not None and s["limit"] < 1) or (s["num_fewshot"] or 0) < 0:
-        raise SystemExit("error: batch_size and limit must be >= 1, num_fewshot >= 0")
 
 
 def task_manager(include_path, names):
@@ -221,13 +218,6 @@ def headline(metrics):
     name = next((m for m in ("acc_norm", "acc") if m in values), next(iter(values), None))
     stderr = metrics.get(f"{name}_stderr,none")
     return name, values.get(name), stderr if isinstance(stderr, float) else None
-
-
-def write_json(path, data):
-    """path written whole or not at all: a temporary file beside it, renamed into place."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
 
 
 def main(argv=None):
@@ -268,7 +258,7 @@ def main(argv=None):
                    parameters=model.get_num_params(), config=vars(model.config)),
         seconds=time.time() - t0)
     Path(s["out_dir"]).mkdir(parents=True, exist_ok=True)
-    write_json(Path(s["out_dir"]) / "eval.json", report)
+    prepare_data._write_json(Path(s["out_dir"]) / "eval.json", report)  # atomically
     print(f"wrote {Path(s['out_dir']) / 'eval.json'}")
     return report
 
