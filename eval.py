@@ -14,8 +14,8 @@ through GPT.generate's KV cache. It prints lm-eval's table and writes out_dir/ev
 
 The tasks' data download from the Hugging Face hub on first use. Offline, give a task YAML that reads
 local files through --include_path (README: Evaluation). Under torchrun every process holds the whole
-model and scores its share of the examples. A character-level model scores at chance: the tasks need
-a model trained on GPT-2 BPE.
+model and scores its share of the examples. A character-level model cannot do these tasks: it stops at
+the first character outside its table and scores at chance where it runs; they need GPT-2 BPE.
 """
 import difflib
 import os
