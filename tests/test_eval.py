@@ -18,7 +18,7 @@ import eval as evaluation
 import prepare_data
 import train
 from conftest import ROOT, needs_gpt2
-from model import from_gpt2
+from model import ARCHS, GPT, NORM_MODES, GPTConfig, from_gpt2
 from sample import load_checkpoint
 
 lm_eval = pytest.importorskip("lm_eval")
@@ -82,6 +82,22 @@ def test_batch_of_one_equals_a_padded_batch_of_eight(model_meta):
     eight = adapter(model_meta, batch_size=8).loglikelihood(requests("loglikelihood", *pairs))
     assert [g for _, g in one] == [g for _, g in eight]
     assert [p for p, _ in one] == pytest.approx([p for p, _ in eight], abs=1e-5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("norm_mode", NORM_MODES)
+def test_every_mode_and_block_family_scores_as_its_own_forward_pass(model_meta, arch, norm_mode):
+    meta = model_meta[1]
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(arch=arch, norm_mode=norm_mode, n_layer=2, n_head=2, n_embd=32, block_size=32,
+                          vocab_size=len(meta["chars"]), multiple_of=16)).eval()
+    encode = prepare_data.get_tokenizer(meta)[0]
+    pairs = [(q, c) for q in QUESTIONS[:4] for c in CHOICES[:2]]
+    one, eight = (adapter((model, meta), size).loglikelihood(requests("loglikelihood", *pairs)) for size in (1, 8))
+    want = [own_loglikelihood(model, encode(context), encode(continuation)) for context, continuation in pairs]
+    assert [p for p, _ in eight] == pytest.approx([p for p, _ in want], rel=1e-5, abs=1e-5)
+    assert [p for p, _ in one] == pytest.approx([p for p, _ in eight], abs=1e-5)
+    assert [g for _, g in one] == [g for _, g in eight] == [g for _, g in want]
 
 
 def test_is_greedy_holds_exactly_for_the_greedy_continuation(model_meta):
