@@ -209,7 +209,8 @@ def expected_scores(model, encode, ll_docs, n=len(QUESTIONS), start="\n"):
     rolled = [own_loglikelihood(model, encode(start), encode(d["text"]))[0] for d in ROLL_DOCS[:n]]  # one window each
     bits = -sum(rolled) / sum(len(d["text"].encode()) for d in ROLL_DOCS[:n]) / math.log(2)
     return {("tiny_mc", "acc"): sum(mc_acc) / n, ("tiny_mc", "acc_norm"): sum(mc_norm) / n,
-            ("tiny_ll", "acc"): sum(g for _, g in ll) / n, ("tiny_ll", "perplexity"): math.exp(-sum(p for p, _ in ll) / n),
+            ("tiny_ll", "acc"): sum(g for _, g in ll) / n,
+            ("tiny_ll", "perplexity"): math.exp(-sum(p for p, _ in ll) / n),
             ("tiny_roll", "bits_per_byte"): bits}
 
 
@@ -352,7 +353,8 @@ def test_ablate_scores_each_finished_run_once_and_tables_it(data_dir, tasks_dir,
     report = json.loads((tmp_path / "ablate" / "pre_lr0.01_s1" / "eval.json").read_text())
     assert (report["settings"]["tasks"], report["settings"]["limit"]) == ("tiny_mc,tiny_ll", 4)
     group, = json.loads((tmp_path / "ablate" / "results.json").read_text())["groups"]
-    assert group["tasks"]["tiny_mc"] == dict(metric="acc_norm", mean=report["scores"]["tiny_mc"]["value"], std=0.0, runs=1)
+    mc = report["scores"]["tiny_mc"]["value"]
+    assert group["tasks"]["tiny_mc"] == dict(metric="acc_norm", mean=mc, std=0.0, runs=1)
     header, _, row = [line for line in (tmp_path / "ablate" / "results.md").read_text().splitlines() if line[:1] == "|"]
     assert header.endswith("| tiny_mc acc_norm | tiny_ll acc |")
     assert row.endswith(f"| {report['scores']['tiny_mc']['value']:.4f} | {report['scores']['tiny_ll']['value']:.4f} |")
