@@ -186,7 +186,7 @@ def execute(run, nproc, threads, evaluation):
     env = os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
     what, t0 = "skipped", time.time()
     if read_log(run["dir"])["status"] not in ("finished", "diverged"):
-        resume = (run["dir"] / "ckpt.pt").exists()
+        resume = configurator.find_checkpoint(run["dir"]) is not None  # ckpt.pt, or a sharded ckpt/
         args = [f"--{k}={v}" for k, v in run["settings"].items()] + ["--init_from=resume"] * resume
         run["dir"].mkdir(parents=True, exist_ok=True)
         with open(run["dir"] / "train.log", "a") as out:  # train.py's own output, kept out of the progress lines

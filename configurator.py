@@ -22,12 +22,13 @@ from pathlib import Path
 
 import torch
 
-from model import GPTConfig
+from model import GPT, GPTConfig
 
 RULER = "# " + "-" * 98  # a script's settings are the assignments between the two lines that equal RULER
 GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # OpenAI's GPT-2 sizes (model.from_gpt2)
 CHOICES = dict(init_from=("scratch", "resume", *GPT2_NAMES), lr_schedule=("cosine", "wsd"),
-               backend=("auto", "nccl", "gloo"), dtype=("auto", "float32", "bfloat16"))  # in any script
+               backend=("auto", "nccl", "gloo"), dtype=("auto", "float32", "bfloat16"),
+               parallel=("ddp", "fsdp"))  # in any script
 LOCAL_GPT2 = "a folder holding a transformers GPT-2 (save_pretrained)"  # init_from may also be one
 AT_LEAST = (dict.fromkeys(("batch_size", "block_size", "eval_interval", "eval_iters", "log_interval", "n_layer",
                            "n_head", "n_embd", "gradient_accumulation_steps", "ablate_jobs", "ablate_nproc",
@@ -152,16 +153,18 @@ def pick_device(device):
     return device
 
 
-def setup_distributed(device, backend="auto"):
+def setup_distributed(device, backend="auto", group=False):
     """(rank, world size, device) from torchrun's environment when it is set, else (0, 1, device): the
-    device setting made usable, a GPU being this process's own; backend 'auto' is nccl on CUDA, gloo on CPU."""
+    device setting made usable, a GPU being this process's own; backend 'auto' is nccl on CUDA, gloo on CPU.
+    group: a process group even without torchrun, of this one process (FSDP shards over a group)."""
     device = pick_device(device)
-    if "RANK" not in os.environ:
+    if "RANK" not in os.environ and not group:
         return 0, 1, device
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
     auto = "nccl" if device.startswith("cuda") else "gloo"
-    torch.distributed.init_process_group(auto if backend == "auto" else backend)
+    alone = {} if "RANK" in os.environ else dict(store=torch.distributed.HashStore(), rank=0, world_size=1)
+    torch.distributed.init_process_group(auto if backend == "auto" else backend, **alone)
     return torch.distributed.get_rank(), torch.distributed.get_world_size(), device
 
 
@@ -198,6 +201,13 @@ def model_config(cfg, meta):
         sys.exit(f"error: {e}")
 
 
+def find_checkpoint(out_dir):
+    """The checkpoint train.py left in out_dir, None if none: ckpt.pt (whole), or ckpt, a link to the folder
+    ckpt-STEP of a sharded one. Both are there only after a crash while one replaced the other: the newer."""
+    found = [p for p in (Path(out_dir) / "ckpt.pt", Path(out_dir) / "ckpt") if p.exists()]
+    return max(found, key=lambda p: p.stat().st_mtime, default=None)
+
+
 def read_events(path):
     """The events of a run's log.jsonl (none if it is missing), less a line cut short by a crash."""
     events = []
@@ -207,3 +217,66 @@ def read_events(path):
         except ValueError:
             pass
     return events
+
+
+# ---------------------------------------------------------------------------------- memory estimate
+
+def block_activation_bytes(config, dtype, width=None):
+    """Bytes per token that one block keeps for its backward pass, counted rather than modeled: a narrow copy
+    of the model (width: 8 features per head by default; eval mode: no dropout) runs forward on the CPU, 1
+    and 2 blocks deep at 2 sequence lengths, and autograd's saved-tensor hooks sum the storages the graph
+    keeps, each once. The differences leave out the weights and all outside the blocks; the count is scaled
+    to the model's width."""
+    width = width or 8 * config.n_head
+
+    def saved(n_layer, T):
+        narrow = dataclasses.replace(config, n_layer=n_layer, n_embd=width, block_size=T, vocab_size=64, multiple_of=1)
+        model = GPT(narrow).eval()  # multiple_of 1: llama's MLP keeps its width's ratio to n_embd
+        storages, idx = {}, torch.zeros(1, T, dtype=torch.long)
+
+        def pack(t):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast("cpu", dtype):
+            loss = model(idx, idx)[1]  # kept alive to the end: no storage is freed and reused while counting
+        return sum(storages.values())
+
+    with torch.random.fork_rng(devices=[]):  # the narrow models' init leaves the run's random draws alone
+        per_token = (saved(2, 64) - saved(1, 64) - saved(2, 32) + saved(1, 32)) / 32
+    return per_token * config.n_embd / width
+
+
+def memory_estimate(model, cfg, world, dtype):
+    """Estimated bytes per GPU (or CPU process) to train model: {parameters, gradients, optimizer,
+    activations, switched: the activations with activation_checkpointing the other way}. AdamW keeps fp32
+    weights, gradients and two moments, 4 + 4 + 8 bytes per parameter, divided over the processes under
+    fsdp, which also gathers two blocks' weights at a time (one computing, one prefetched). ddp's bf16
+    autocast keeps a bf16 copy of each weight for the backward pass. Activations of a micro-batch: each
+    block's (block_activation_bytes), the head's input and fp32 log-probabilities, and as much again as one
+    block's for the gradients the backward pass makes on its way; with activation checkpointing a block keeps
+    only its fp32 input, and one block at a time recomputes the rest."""
+    c, fsdp, bf16 = model.config, cfg.parallel == "fsdp", dtype == "bfloat16"
+    n = sum(p.numel() for p in model.parameters())
+    per_block = sum(p.numel() for p in model.transformer.h[0].parameters())
+    shards, tokens = world if fsdp else 1, cfg.batch_size * c.block_size
+    block, head = block_activation_bytes(c, dtype), 4 * c.vocab_size + 8 * c.n_embd  # per token
+    copies = 2 * n if bf16 and not fsdp else 0  # with checkpointing only those outside the blocks
+    outside = copies and 2 * (n - c.n_layer * per_block)  # checkpointed blocks recompute theirs
+    activations = (tokens * ((c.n_layer + 1) * block + head) + copies,
+                   tokens * (c.n_layer * 4 * c.n_embd + 2 * block + head) + outside)
+    return dict(parameters=4 * n / shards + (2 * per_block * (2 if bf16 else 4) if fsdp else 0),
+                gradients=4 * n / shards, optimizer=8 * n / shards,
+                activations=activations[cfg.activation_checkpointing],
+                switched=activations[not cfg.activation_checkpointing])
+
+
+def memory_report(model, cfg, world, dtype, device):
+    """memory_estimate as the line train.py prints before the first step."""
+    m = memory_estimate(model, cfg, world, dtype)
+    total = m["parameters"] + m["gradients"] + m["optimizer"] + m["activations"]
+    unit, size = ("GiB", 2**30) if total > 2**30 else ("MiB", 2**20)
+    parts = " + ".join(f"{m[k] / size:.2f} {k}" for k in ("parameters", "gradients", "optimizer", "activations"))
+    return (f"memory per {'GPU' if device.startswith('cuda') else 'process'}, estimated: {parts} = {total / size:.2f} "
+            f"{unit}; activations {m['switched'] / size:.2f} {unit} with activation_checkpointing="
+            f"{not cfg.activation_checkpointing}")

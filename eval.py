@@ -43,8 +43,8 @@ except ImportError:
 
 # settings: the assignments between the two rulers, read by configurator.py (python eval.py --help)
 # --------------------------------------------------------------------------------------------------
-out_dir = "out"  # the folder holding ckpt.pt; eval.json is written here
-init_from = "resume"  # 'resume': out_dir/ckpt.pt; or OpenAI's gpt2[-medium|-large|-xl], or a folder holding one
+out_dir = "out"  # the folder holding the checkpoint (ckpt.pt, or sharded ckpt/); eval.json is written here
+init_from = "resume"  # 'resume': out_dir's checkpoint; or OpenAI's gpt2[-medium|-large|-xl], or a folder holding one
 tasks = "hellaswag,piqa,arc_easy,arc_challenge,winogrande,lambada_openai"  # lm-eval task names, by commas
 limit: int | None = None  # score only each task's first limit examples: a quick look, not a result
 num_fewshot: int | None = None  # solved examples put before each question; None: the task's default
@@ -190,7 +190,7 @@ class GPTAdapter(TemplateLM):
 def check_settings(s):
     """One-line errors for values no evaluation can use, before anything is loaded."""
     if s["init_from"] == "scratch":
-        raise SystemExit("error: eval.py scores a trained model: init_from=resume (out_dir/ckpt.pt) or a GPT-2")
+        raise SystemExit("error: eval.py scores a trained model: init_from=resume (out_dir's checkpoint) or a GPT-2")
     if not [t for t in s["tasks"].split(",") if t]:
         raise SystemExit("error: no tasks: give --tasks=hellaswag,piqa,... (lm-eval's names)")
 
@@ -254,8 +254,8 @@ def main(argv=None):
                 results["results"].items()},
         results=results["results"], versions=results["versions"], n_shot=results["n-shot"],
         n_samples=results["n-samples"], lm_eval_version=lm_eval.__version__, settings=s, processes=world,
-        model=dict(source=str(Path(s["out_dir"]) / "ckpt.pt") if s["init_from"] == "resume" else s["init_from"],
-                   parameters=model.get_num_params(), config=vars(model.config)),
+        model=dict(source=str(configurator.find_checkpoint(s["out_dir"]) if s["init_from"] == "resume" else
+                              s["init_from"]), parameters=model.get_num_params(), config=vars(model.config)),
         seconds=time.time() - t0)
     Path(s["out_dir"]).mkdir(parents=True, exist_ok=True)
     prepare_data._write_json(Path(s["out_dir"]) / "eval.json", report)  # atomically

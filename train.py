@@ -8,6 +8,7 @@ Train a GPT with any of model.py's norm modes, on one device (CPU included) or m
         train.py configs/geonorm_125m.py              # and --node_rank=1 on the second node
     python train.py --out_dir=out --init_from=resume  # go on exactly where out/ckpt.pt stopped
     python train.py --init_from=gpt2 --dataset=my_bpe_text --learning_rate=3e-5  # fine-tune OpenAI's GPT-2
+    torchrun --standalone --nproc_per_node=8 train.py configs/llama_simplenorm_7b.py   # fsdp: sharded over 8 GPUs
 
 Settings: the defaults below, then (resuming) the checkpoint's, then config files (Python assignments)
 and --key=value arguments in the order given. Every random draw of a step, data and dropout alike, is
@@ -22,16 +23,25 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import types
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict, get_state_dict,
+                                                     set_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import configurator
@@ -39,11 +49,13 @@ import prepare_data
 from model import GPT, from_gpt2
 from prepare_data import get_batch
 
+warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP read by one process: meant
+
 # settings: the assignments between the two rulers, read by configurator.py (python train.py --help)
 # --------------------------------------------------------------------------------------------------
 # I/O
-out_dir = "out"  # ckpt.pt, log.jsonl and config.json are written here
-init_from = "scratch"  # 'scratch', 'resume' from out_dir/ckpt.pt, or OpenAI's gpt2[-medium|-large|-xl] (or a folder)
+out_dir = "out"  # the checkpoint (ckpt.pt, or sharded ckpt/), log.jsonl and config.json are written here
+init_from = "scratch"  # 'scratch', 'resume' (out_dir's checkpoint), or OpenAI's gpt2[-medium|-large|-xl] (or a folder)
 eval_interval = 250  # evaluate every this many steps, and at the end
 eval_iters = 20  # batches per split in an evaluation: the same batches every time
 log_interval = 10  # print and log the training loss every this many steps
@@ -95,7 +107,9 @@ warmup_iters = 100  # linear warmup steps
 lr_decay_iters: int | None = None  # the decay reaches min_lr at this step; None: max_iters
 min_lr = 1e-4  # the final learning rate
 wsd_decay_frac = 0.2  # wsd: the last fraction of lr_decay_iters decays linearly
-# DDP: torchrun's RANK, LOCAL_RANK and WORLD_SIZE switch it on
+# processes and memory: torchrun's RANK, LOCAL_RANK and WORLD_SIZE start several
+parallel = "ddp"  # 'ddp': each process holds the whole model; 'fsdp': weights, gradients, AdamW state sharded (FSDP2)
+activation_checkpointing = False  # keep only each block's input; recompute the rest in the backward pass
 backend = "auto"  # 'nccl' or 'gloo'; auto: nccl on CUDA, gloo on CPU
 # system
 device = "auto"  # 'cpu', 'cuda', 'cuda:1', 'mps'; auto: cuda when available
@@ -110,9 +124,11 @@ peak_flops = 0.0  # one device's dense bf16 FLOP/s, for MFU; 0: looked up from t
 def configure(argv):
     """The settings as a namespace, and the checkpoint to resume from (None from scratch)."""
     cfg, given = configurator.parse_settings(argv, __file__)
-    ckpt = load_checkpoint(Path(cfg["out_dir"]) / "ckpt.pt") if cfg["init_from"] == "resume" else None
+    ckpt = load_checkpoint(cfg["out_dir"]) if cfg["init_from"] == "resume" else None
     if ckpt:  # the checkpoint's settings, except those given now
         cfg |= {k: v for k, v in ckpt["config"].items() if k in cfg and k not in given}
+    if cfg["parallel"] == "fsdp" and cfg["log_layer_stats"]:
+        sys.exit("error: log_layer_stats needs the whole model in one process: use parallel='ddp' for it")
     return types.SimpleNamespace(**cfg), ckpt
 
 
@@ -175,7 +191,7 @@ def train_step(model, data, cfg, ctx, device, step, rank, accum, batch):
     """Forward and backward over this process's micro-batches, the first given as batch; returns their mean
     loss (a tensor) and the next step's first micro-batch. Processes x accum split the same batches alike."""
     total = torch.zeros((), device=device)
-    for micro in range(accum):
+    for micro in range(accum):  # fsdp reduce-scatters every micro-batch's gradients: only the shards are kept
         x, y, dropout_seed = batch
         if cfg.dropout:  # the dropout masks, torch's only random draws: a function of (seed, step, g) too
             torch.manual_seed(dropout_seed)
@@ -193,13 +209,14 @@ def train_step(model, data, cfg, ctx, device, step, rank, accum, batch):
 
 @torch.no_grad()
 def evaluate(model, data, cfg, ctx, device, rank, world):
-    """Mean (train, val) loss over eval_iters fixed batches per split, shared out among the processes."""
+    """Mean (train, val) loss over eval_iters fixed batches per split, shared out among the processes, each
+    running as many forward passes (an fsdp forward is a collective): the few past eval_iters are not counted."""
     losses = torch.zeros(2, device=device)
     for i, split in enumerate(("train", "val")):
-        for k in range(rank, cfg.eval_iters, world):
-            x, y = get_batch(data[split], np.random.default_rng((cfg.seed, 1, i, k)), cfg, device)
+        for k in range(rank, world * math.ceil(cfg.eval_iters / world), world):
+            x, y = get_batch(data[split], np.random.default_rng((cfg.seed, 1, i, k % cfg.eval_iters)), cfg, device)
             with ctx:
-                losses[i] += model(x, y)[1].float()
+                losses[i] += model(x, y)[1].float() * (k < cfg.eval_iters)
     if world > 1:
         dist.all_reduce(losses)
     return (losses / cfg.eval_iters).tolist()
@@ -230,20 +247,48 @@ def layer_stats(raw_model, x, y, ctx):
 
 # -------------------------------------------------------------------------------- files in out_dir
 
-def save_checkpoint(path, checkpoint):
-    """torch.save to a temporary file beside path, fsync, rename: a crash mid-write leaves the old file whole."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(checkpoint, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def save_checkpoint(out_dir, model, optimizer, fields, sharded, master):
+    """Whole (ddp): the master torch.saves ckpt.pt to a temporary file, fsyncs and renames it; the optimizer
+    state is keyed by parameter name, as fsdp's, so either kind resumes under the other. Sharded (fsdp): with
+    torch.distributed.checkpoint every process writes its own shards into out_dir/ckpt-STEP/ (none gathers
+    the whole state), the master adds run.json (fields) and points the link out_dir/ckpt at the folder by
+    one atomic rename. A kill at any moment leaves a whole checkpoint, the old or the new; then the rest go."""
+    if sharded:
+        folder = out_dir / f"ckpt-{fields['iter_num']}"  # left by a save cut short? DCP overwrites it
+        dcp.save(dict(zip(("model", "optimizer"), get_state_dict(model, optimizer))), checkpoint_id=folder)
+        if master:  # every process's shards and DCP's .metadata, written last, are in the folder
+            (folder / "run.json").write_text(json.dumps(fields))
+            (out_dir / "ckpt.tmp").unlink(missing_ok=True)
+            (out_dir / "ckpt.tmp").symlink_to(folder.name)  # relative: out_dir can move
+            os.replace(out_dir / "ckpt.tmp", out_dir / "ckpt")
+            remove_checkpoints(out_dir, keep={"ckpt", folder.name})
+    elif master:
+        tmp, optimizer_state = out_dir / "ckpt.pt.tmp", get_optimizer_state_dict(model, optimizer)
+        with open(tmp, "wb") as f:
+            torch.save(dict(model=model.state_dict(), optimizer=optimizer_state, **fields), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out_dir / "ckpt.pt")
+        remove_checkpoints(out_dir, keep={"ckpt.pt"})
 
 
-def load_checkpoint(path):
-    if not path.exists():
-        sys.exit(f"error: init_from='resume' but there is no {path}: set out_dir, or train from scratch first")
+def remove_checkpoints(out_dir, keep):
+    """Delete out_dir's checkpoints not named in keep: ckpt.pt, the link ckpt, then the folders ckpt-STEP (a
+    link never points at a half-deleted folder). Until then a reader takes the newer (find_checkpoint)."""
+    for path in [out_dir / "ckpt.pt", out_dir / "ckpt", *sorted(out_dir.glob("ckpt-*"))]:
+        if path.name not in keep and (path.is_symlink() or path.exists()):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+
+def load_checkpoint(out_dir):
+    """out_dir's checkpoint: ckpt.pt's dict, or a sharded checkpoint's run.json with its folder under 'sharded'."""
+    path = configurator.find_checkpoint(out_dir)
+    if path is None:
+        sys.exit(f"error: init_from='resume' but {out_dir} holds no checkpoint (ckpt.pt or ckpt/): set out_dir, "
+                 "or train from scratch first")
     try:  # mmap: the processes of a node share one copy in the page cache
+        if path.is_dir():
+            return json.loads((path / "run.json").read_text()) | {"sharded": str(path.resolve())}
         return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except Exception as e:
         sys.exit(f"error: cannot load {path} ({type(e).__name__}): delete it and train with init_from='scratch'")
@@ -269,36 +314,75 @@ def provenance():
 
 # -------------------------------------------------------------------------------------------- main
 
-def build_model(cfg, meta, ckpt, device):
-    """The model and its AdamW: fresh, from the checkpoint, or OpenAI's GPT-2, whose model settings then
-    replace cfg's (for config.json and resuming); and the model's GPTConfig arguments."""
+def build_model(cfg, meta, ckpt, device, dtype, world):
+    """The model (wrapped for training) and its AdamW: fresh, from the checkpoint, or OpenAI's GPT-2, whose
+    model settings then replace cfg's (for config.json and resuming); and the model's GPTConfig arguments."""
     torch.manual_seed(cfg.seed)
+    home = "cpu" if cfg.parallel == "fsdp" else device  # fsdp moves only each process's shard to the device
     if cfg.init_from in ("scratch", "resume"):
         config = configurator.model_config(cfg, meta)
         if ckpt:  # its vocabulary: padded, or GPT-2's own 50257 when fine-tuned from OpenAI's weights
             config.vocab_size = ckpt["model_args"]["vocab_size"]
-        model = GPT(config).to(device)
+        model = GPT(config).to(home)
     elif meta["tokenizer"] != "gpt2":
         sys.exit(f"error: init_from={cfg.init_from} needs a dataset in GPT-2 BPE, and {cfg.dataset} is by "
                  f"{meta['tokenizer']}: prepare one with prepare_data.py --tokenizer gpt2")
     else:
-        model = from_gpt2(cfg.init_from, cfg.block_size, cfg.dropout).to(device)
+        model = from_gpt2(cfg.init_from, cfg.block_size, cfg.dropout).to(home)
         config = model.config
         vars(cfg).update({k: v for k, v in dataclasses.asdict(config).items() if k in vars(cfg)})
+    train_model, eval_model = parallelize(model, cfg, device, dtype, world)
     betas, device_type = (cfg.beta1, cfg.beta2), device.split(":")[0]
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, betas, device_type)
     if ckpt:
-        try:  # keys saved from a compiled or DDP-wrapped model carry a prefix
-            model.load_state_dict({re.sub(r"^(_orig_mod\.|module\.)+", "", k): v for k, v in ckpt["model"].items()})
-            # the moments of then, the hyperparameters of now (not the saved weight decay, betas, fused flag)
-            saved = ckpt["optimizer"]
-            groups = [old | {k: v for k, v in new.items() if k != "params"}
-                      for old, new in zip(saved["param_groups"], optimizer.param_groups)]
-            optimizer.load_state_dict(saved | {"param_groups": groups})
-        except (RuntimeError, ValueError, KeyError) as e:
-            sys.exit(f"error: the checkpoint in {cfg.out_dir} does not fit these settings ({str(e).splitlines()[0]}):"
-                     " resume with the model settings it was trained with")
-    return model, optimizer, dataclasses.asdict(config)
+        restore(model, optimizer, ckpt, cfg.out_dir)
+    return model, train_model, eval_model, optimizer, dataclasses.asdict(config)
+
+
+def parallelize(model, cfg, device, dtype, world):
+    """Activation checkpointing per block, torch.compile, then DDP or FSDP2 (fully_shard each Block, then the
+    root). Returns (the model to train, the model to evaluate): DDP's wrapper, or the sharded model for both."""
+    compiled = device.startswith("cuda") if cfg.compile is None else cfg.compile
+    blocks, fsdp = model.transformer.h, cfg.parallel == "fsdp"
+    for i in range(len(blocks)):
+        if cfg.activation_checkpointing:  # non-reentrant: the same gradients, the RNG state replayed for dropout
+            blocks[i] = checkpoint_wrapper(blocks[i])
+        if compiled and fsdp:  # per block, as torchtitan: the sharding's collectives run between the graphs
+            blocks[i].compile()
+    if not fsdp:
+        model = torch.compile(model) if compiled else model
+        ids = [device] if device.startswith("cuda") else None
+        return (DDP(model, device_ids=ids, gradient_as_bucket_view=True) if world > 1 else model), model
+    mesh = init_device_mesh(device.split(":")[0], (world,))
+    # bf16 on CUDA: blocks gather bf16 weights and reduce fp32 gradients; their fp32 inputs, the fp32 root and autocast
+    # keep ddp's numbers but for bf16 norm gains. (CPU autocast runs layer_norm in the weights' dtype: fp32 there.)
+    bf16 = dtype == "bfloat16" and device.startswith("cuda")
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
+    for block in blocks:
+        fully_shard(block, mesh=mesh, mp_policy=mp if bf16 else MixedPrecisionPolicy())
+    fully_shard(model, mesh=mesh)
+    return model, model
+
+
+def restore(model, optimizer, ckpt, out_dir):
+    """Load a checkpoint, whole or sharded, into the model and AdamW, whole or sharded: each process takes its
+    own part of ckpt.pt's tensors (mapped, not read), or DCP reads the parts it needs of a sharded one, saved
+    by any number of processes. The moments of then, the hyperparameters of now (not the saved weight decay,
+    betas, fused flag)."""
+    now = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    state = ckpt
+    try:
+        if "sharded" in ckpt:  # this layout's state dicts, filled in place
+            state = dict(zip(("model", "optimizer"), get_state_dict(model, optimizer)))
+            dcp.load(state, checkpoint_id=ckpt["sharded"], no_dist=not dist.is_initialized())
+        weights = {re.sub(r"^(_orig_mod\.|module\.)+", "", k): v for k, v in state["model"].items()}  # compiled, DDP
+        set_state_dict(model, optimizer, model_state_dict=weights, optim_state_dict=state["optimizer"],
+                       options=StateDictOptions(full_state_dict="sharded" not in ckpt))
+    except (Exception, dcp.CheckpointException) as e:  # a RuntimeError, KeyError, DCP's BaseException, ...
+        sys.exit(f"error: the checkpoint in {out_dir} does not fit these settings ({configurator.first_line(e)}):"
+                 " resume with the model settings it was trained with")
+    for group, hyperparameters in zip(optimizer.param_groups, now):
+        group.update(hyperparameters)
 
 
 def open_log(cfg, resumed_at):
@@ -319,20 +403,18 @@ def open_log(cfg, resumed_at):
 
 def main(argv):
     cfg, ckpt = configure(argv)
-    rank, world, device = configurator.setup_distributed(cfg.device, cfg.backend)
+    rank, world, device = configurator.setup_distributed(cfg.device, cfg.backend, group=cfg.parallel == "fsdp")
     master, accum, device_type = rank == 0, accumulation_steps(cfg, world), device.split(":")[0]
     dtype = configurator.pick_dtype(cfg.dtype, device)
     ctx = configurator.autocast(device, dtype)
     if device_type == "cuda":
         torch.set_float32_matmul_precision("high")  # TF32 matmuls
     meta, data = load_dataset(cfg, master)
-    raw_model, optimizer, model_args = build_model(cfg, meta, ckpt, device)
+    raw_model, train_model, model, optimizer, model_args = build_model(cfg, meta, ckpt, device, dtype, world)
     step, best_val = (ckpt["iter_num"], ckpt["best_val_loss"]) if ckpt else (0, math.inf)
     last_saved = step if ckpt else None
     evaluated = step if ckpt and ckpt.get("evaluated", True) else None  # the last step whose eval is in the log
     ckpt = None  # the model and optimizer hold what they need from it
-    model = torch.compile(raw_model) if (device_type == "cuda" if cfg.compile is None else cfg.compile) else raw_model
-    train_model = DDP(model, device_ids=[device] if device_type == "cuda" else None) if world > 1 else model
     tokens_per_step = cfg.batch_size * cfg.block_size * accum * world
     gpu, peak = configurator.device_peak_flops(cfg, device)
     say = print if master else lambda *args, **kwargs: None
@@ -340,6 +422,7 @@ def main(argv):
     say(f"{raw_model.get_num_params() / 1e6:.2f}M parameters on {gpu or device} in {dtype}, {tokens_per_step:,} tokens "
         f"per step = {world} processes x {accum} micro-batches x {cfg.batch_size} x {cfg.block_size}"
         + (f"; set peak_flops for MFU on a {gpu}" if gpu and not peak else ""))
+    say(configurator.memory_report(raw_model, cfg, world, dtype, device))
 
     def record(event, **fields):  # a line of log.jsonl (and wandb), from the master process
         if master:
@@ -349,12 +432,10 @@ def main(argv):
                 wandb.log(fields, step=fields["iter"])
 
     def save():
-        if master:
-            t0 = time.time()
-            save_checkpoint(Path(cfg.out_dir) / "ckpt.pt", dict(
-                model=raw_model.state_dict(), optimizer=optimizer.state_dict(), model_args=model_args,
-                iter_num=step, evaluated=evaluated == step, best_val_loss=best_val, config=vars(cfg), meta=meta))
-            say(f"checkpoint of step {step} saved in {time.time() - t0:.1f} s", flush=True)
+        t0, fields = time.time(), dict(model_args=model_args, iter_num=step, evaluated=evaluated == step,
+                                       best_val_loss=best_val, config=vars(cfg), meta=meta)
+        save_checkpoint(Path(cfg.out_dir), raw_model, optimizer, fields, cfg.parallel == "fsdp", master)
+        say(f"checkpoint of step {step} saved in {time.time() - t0:.1f} s", flush=True)
         return step
 
     signals = []  # received: the loop stops after the step in flight, skips evaluation and saves at once
@@ -394,6 +475,7 @@ def main(argv):
                 group["lr"] = lr
             loss, batch = train_step(train_model, data, cfg, ctx, device, step, rank, accum, batch)
             grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip or math.inf)
+            grad_norm = grad_norm.full_tensor() if isinstance(grad_norm, DTensor) else grad_norm  # fsdp: all shards'
             shared = torch.stack([loss, torch.full((), float(len(signals)), device=device)])  # full: no copy to wait on
             if world > 1:  # all processes agree on the loss, and on whether to stop
                 dist.all_reduce(shared)
@@ -427,12 +509,16 @@ def main(argv):
         if world > 1:  # leave together: a process gone while the master still writes can abort the others
             dist.barrier()
         if status == "diverged":
-            good = "none was saved" if last_saved is None else f"{cfg.out_dir}/ckpt.pt (step {last_saved})"
+            good = configurator.find_checkpoint(cfg.out_dir)
+            good = "none was saved" if last_saved is None else f"{good} (step {last_saved})"
             say(f"error: loss {loss}, gradient norm {grad_norm} at step {step + 1}; the last good checkpoint: {good};"
                 " resume from it with a lower learning_rate", file=sys.stderr)
             sys.exit(3)
         say(f"{status} at step {step}, checkpoint in {cfg.out_dir}; sample from it: python sample.py "
             f"--out_dir={cfg.out_dir}" + (" (or go on: --init_from=resume)" if status == "interrupted" else ""))
+    except torch.OutOfMemoryError as e:  # one line that names the levers
+        sys.exit(f"error: out of memory on {device} ({configurator.first_line(e)}): lower batch_size (more gradient_"
+                 "accumulation_steps keep the tokens per step), activation_checkpointing=True, parallel='fsdp'")
     finally:
         for s, handler in handlers.items():
             signal.signal(s, handler)

@@ -48,10 +48,10 @@ def slow_save(monkeypatch, tmp_path, seconds):
     """Make saving a checkpoint touch tmp_path/saving, then take seconds: signals sent then land mid-save."""
     save = train.save_checkpoint
 
-    def slow(path, checkpoint):
+    def slow(*args):
         (tmp_path / "saving").touch()
         time.sleep(seconds)
-        save(path, checkpoint)
+        save(*args)
 
     monkeypatch.setattr(train, "save_checkpoint", slow)
 
@@ -150,7 +150,7 @@ def test_resume_takes_weight_decay_betas_and_fused_from_the_settings(data_dir, t
 
     settings = [f"--out_dir={tmp_path}", "--init_from=resume", "--weight_decay=0.05", "--beta2=0.5"]
     cfg, ckpt = train.configure(settings)
-    _, optimizer, _ = train.build_model(cfg, ckpt["meta"], ckpt, "cpu")
+    optimizer = train.build_model(cfg, ckpt["meta"], ckpt, "cpu", "float32", 1)[3]
     decayed, other = optimizer.param_groups  # matrices and embeddings; biases and gains
     assert (decayed["weight_decay"], other["weight_decay"]) == (0.05, 0.0)
     assert all(tuple(g["betas"]) == (0.9, 0.5) and not g["fused"] for g in optimizer.param_groups)

@@ -320,7 +320,7 @@ def test_bad_settings_are_one_line_errors(tmp_path, argv, message):
 
 
 def test_missing_checkpoint_truncated_checkpoint_and_wrong_model_are_one_line_errors(tmp_path):
-    with pytest.raises(SystemExit, match=r"^error: no checkpoint in .*ckpt.pt is missing"):
+    with pytest.raises(SystemExit, match=r"^error: no checkpoint in .* \(ckpt.pt or ckpt/\)"):
         run(tmp_path)
     data = (write_checkpoint(tmp_path) / "ckpt.pt").read_bytes()
     (tmp_path / "ckpt.pt").write_bytes(data[:len(data) // 2])

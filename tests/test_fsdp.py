@@ -1,0 +1,311 @@
+"""parallel='fsdp' (FSDP2), activation checkpointing, sharded checkpoints and the memory estimate: fsdp trains
+as ddp does, resumes from either kind of checkpoint on any number of processes, survives a kill during a save,
+and sample.py reads what it writes. Two processes on gloo, tiny models, CPU."""
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+import configurator
+import sample
+import train
+from conftest import ROOT
+from model import GPT, GPTConfig, NORM_MODES
+
+TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
+        "--eval_iters=3", "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3", "--lr_decay_iters=10"]
+VARIANTS = dict(pre=[], deep=["--norm_mode=deep"], geonorm=["--norm_mode=geonorm"],
+                simplenorm=["--norm_mode=simplenorm"],
+                llama_simplenorm_gqa=["--arch=llama", "--norm_mode=simplenorm", "--n_kv_head=1", "--multiple_of=16"])
+CLIP = 0.05  # below every gradient norm of these runs: clipping is active at every step
+# train.main for each argument list, in both processes of one torchrun launch, sharing one process group (a
+# group cannot be made again under torchrun once destroyed)
+DRIVER = f"""
+import json, sys
+sys.path.insert(0, {str(ROOT)!r})
+import torch.distributed as dist
+import train
+dist.init_process_group("gloo")
+dist.init_process_group = dist.destroy_process_group = lambda *args, **kwargs: None
+for argv in json.loads(sys.argv[1]):
+    train.main(argv)
+"""
+
+
+# train.main, whose save of step 2 stops before DCP writes the shards, for a kill -9 to land there
+SLOW_SAVE = f"""
+import sys, time
+sys.path.insert(0, {str(ROOT)!r})
+import torch.distributed.checkpoint as dcp
+import train
+write = dcp.FileSystemWriter.write_data
+def slow(self, plan, planner):
+    if self.path.name == "ckpt-2":
+        print("saving", flush=True)
+        time.sleep(60)
+    return write(self, plan, planner)
+dcp.FileSystemWriter.write_data = slow
+train.main(sys.argv[1:])
+"""
+
+
+def trained(out_dir):
+    return [e for e in configurator.read_events(out_dir / "log.jsonl") if e["event"] == "train"]
+
+
+def losses(out_dir):
+    return [(e["iter"], e["train_loss"]) for e in trained(out_dir)]
+
+
+def grad_norms(out_dir):
+    return [e["grad_norm"] for e in trained(out_dir)]
+
+
+def assert_close(a, b, tol=1e-5):
+    assert [i for i, _ in a] == [i for i, _ in b] and max(abs(x - y) for (_, x), (_, y) in zip(a, b)) < tol, (a, b)
+
+
+@pytest.fixture(scope="module")
+def two_processes(data_dir, tmp_path_factory):
+    """Every run that needs two processes, in one torchrun launch: each mode under ddp and fsdp for 10 steps
+    (2 processes x 2 micro-batches, clipped); fsdp stopped at 5 and resumed; one more stopped at 5 for the tests
+    to resume; a ddp checkpoint at 5 resumed under fsdp; fsdp with activation checkpointing. Returns the root."""
+    root = tmp_path_factory.mktemp("two")
+    common = [f"--data_dir={data_dir}", *TINY, "--gradient_accumulation_steps=4", f"--grad_clip={CLIP}",
+              "--eval_interval=10"]
+    runs = [[*args, f"--parallel={p}", f"--out_dir={root / f'{v}_{p}'}"]
+            for v, args in VARIANTS.items() for p in ("ddp", "fsdp")]
+    runs += [["--parallel=fsdp", "--max_iters=5", f"--out_dir={root / 'fsdp_parts'}"],
+             ["--max_iters=10", "--init_from=resume", f"--out_dir={root / 'fsdp_parts'}"],
+             ["--parallel=fsdp", "--max_iters=5", f"--out_dir={root / 'fsdp_at_5'}"],
+             ["--parallel=ddp", "--max_iters=5", f"--out_dir={root / 'ddp_then_fsdp'}"],
+             ["--parallel=fsdp", "--max_iters=10", "--init_from=resume", f"--out_dir={root / 'ddp_then_fsdp'}"],
+             ["--parallel=fsdp", "--activation_checkpointing=True", f"--out_dir={root / 'fsdp_checkpointed'}"]]
+    (root / "driver.py").write_text(DRIVER)
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(root / "driver.py"), json.dumps([common + ["--max_iters=10"] + r for r in runs])],
+                            capture_output=True, text=True, timeout=600, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("= 2 processes x 2 micro-batches x 4 x 32") == len(runs)
+    return root
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_fsdp_and_ddp_give_the_same_losses_with_accumulation_and_clipping(two_processes, variant):
+    ddp, fsdp = two_processes / f"{variant}_ddp", two_processes / f"{variant}_fsdp"
+    assert [i for i, _ in losses(fsdp)] == list(range(1, 11))
+    assert_close(losses(fsdp), losses(ddp))
+    assert min(grad_norms(fsdp)) > CLIP  # the norm over both shards, and clipped to CLIP
+    assert grad_norms(fsdp) == pytest.approx(grad_norms(ddp), rel=1e-4)
+
+
+def test_fsdp_resumes_exactly_from_its_own_and_from_a_ddp_checkpoint(two_processes):
+    whole = losses(two_processes / "pre_fsdp")
+    assert losses(two_processes / "fsdp_parts") == whole  # stopped at 5, resumed on 2 processes: bit for bit
+    assert_close(losses(two_processes / "ddp_then_fsdp"), whole)  # 5 steps under ddp, 5 under fsdp
+    assert_close(losses(two_processes / "fsdp_checkpointed"), whole, 1e-6)  # activation checkpointing changes nothing
+    assert os.readlink(two_processes / "fsdp_parts" / "ckpt") == "ckpt-10"
+    assert sorted(p.name for p in (two_processes / "ddp_then_fsdp").iterdir() if p.name.startswith("ckpt")) == \
+        ["ckpt", "ckpt-10"]  # the sharded checkpoint replaced ckpt.pt
+    shards = sorted(p.name for p in (two_processes / "fsdp_parts" / "ckpt").iterdir())
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp", "run.json"]  # one file per process
+
+
+def test_a_sharded_checkpoint_resumes_on_one_process(two_processes, data_dir, tmp_path):
+    whole = losses(two_processes / "pre_fsdp")
+    for parallel in ("ddp", "fsdp"):  # plain, and fsdp over a group of one
+        out = tmp_path / parallel
+        subprocess.run(["cp", "-a", str(two_processes / "fsdp_at_5"), str(out)], check=True)
+        train.main([f"--data_dir={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=10",
+                    f"--parallel={parallel}"])
+        assert_close(losses(out), whole)
+        assert configurator.find_checkpoint(out).name == ("ckpt.pt" if parallel == "ddp" else "ckpt")
+
+
+def test_sample_reads_a_sharded_checkpoint(two_processes):
+    folder = two_processes / "pre_fsdp"
+    model, meta = sample.load_checkpoint(str(folder), "cpu")
+    reference, _ = sample.load_checkpoint(str(two_processes / "pre_ddp"), "cpu")  # ckpt.pt, ~the same weights
+    for (name, p), q in zip(model.state_dict().items(), reference.state_dict().values()):
+        assert torch.allclose(p, q, atol=1e-5), name
+    (text,) = sample.main([f"--out_dir={folder}", "--device=cpu", "--num_samples=1", "--max_new_tokens=20",
+                           "--start=ROMEO:"])
+    assert text.startswith("ROMEO:") and len(text) == 26
+
+
+# ---------------------------------------------------------------- one process
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_activation_checkpointing_gives_the_same_gradients_and_keeps_less(mode, dropout):
+    grads, kept = [], []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(n_layer=3, n_head=2, n_embd=32, block_size=16, vocab_size=50, norm_mode=mode,
+                              dropout=dropout))
+        cfg = types.SimpleNamespace(compile=False, parallel="ddp", activation_checkpointing=checkpointing)
+        train_model, _ = train.parallelize(model, cfg, "cpu", "float32", 1)
+        x = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(1))
+        storages = {}
+        def pack(t):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+        torch.manual_seed(5)  # the dropout masks; checkpointing replays them when it recomputes
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = train_model(x, x)[1]
+        loss.backward()
+        kept.append(sum(storages.values()))
+        grads.append({n.replace("_checkpoint_wrapped_module.", ""): p.grad for n, p in model.named_parameters()})
+        assert list(model.state_dict()) == list(GPT(model.config).state_dict())  # checkpoints keep their keys
+    assert grads[0].keys() == grads[1].keys()
+    assert all(torch.equal(grads[0][k], grads[1][k]) for k in grads[0])
+    assert kept[1] < 0.6 * kept[0]
+
+
+def fsdp_run(data_dir, out_dir, *args):
+    train.main([f"--data_dir={data_dir}", f"--out_dir={out_dir}", *TINY, "--parallel=fsdp", "--eval_interval=1",
+                "--eval_iters=1", *args])
+
+
+class Killed(BaseException):
+    """The process dies here: nothing after this point runs, and nothing cleans up."""
+
+
+def die(*args, **kwargs):
+    raise Killed
+
+
+@pytest.mark.parametrize("moment, survivor", [
+    ("shards written, no .metadata", 1), ("before the link moves", 1), ("link moved, old folder not deleted", 2),
+    ("ckpt.pt written, sharded not deleted", 2), ("link moved, ckpt.pt not deleted", 2)])
+def test_a_kill_during_a_save_leaves_a_whole_checkpoint(data_dir, tmp_path, monkeypatch, moment, survivor):
+    """Every step saves; the save at step 2 dies at one moment. The checkpoint found then is a whole one, step 1's
+    or step 2's, and the run resumes from it. The last two switch from one kind of checkpoint to the other."""
+    first, second = ("ddp", "fsdp") if moment.endswith("ckpt.pt not deleted") else \
+                    ("fsdp", "ddp") if moment.startswith("ckpt.pt") else ("fsdp", "fsdp")
+    fsdp_run(data_dir, tmp_path, "--max_iters=1", f"--parallel={first}")
+    if moment.startswith("shards"):
+        monkeypatch.setattr(dcp.FileSystemWriter, "finish", die)
+    elif moment.startswith("before"):
+        replace = os.replace
+        monkeypatch.setattr(os, "replace", lambda src, dst: die() if dst == tmp_path / "ckpt" else replace(src, dst))
+    else:
+        monkeypatch.setattr(train, "remove_checkpoints", die)
+    with pytest.raises((Killed, dcp.CheckpointException)):
+        fsdp_run(data_dir, tmp_path, "--max_iters=2", "--init_from=resume", f"--parallel={second}")
+    monkeypatch.undo()
+    assert train.load_checkpoint(tmp_path)["iter_num"] == survivor
+    model, _ = sample.load_checkpoint(str(tmp_path), "cpu")  # every tensor there
+    fsdp_run(data_dir, tmp_path, "--max_iters=3", "--init_from=resume")
+    assert [i for i, _ in losses(tmp_path)] == [1, 2, 3]
+    assert train.load_checkpoint(tmp_path)["iter_num"] == 3
+
+
+def test_kill_9_in_the_middle_of_a_sharded_save(data_dir, tmp_path):
+    """A real SIGKILL while DCP writes the step 2 checkpoint (held there by a sleep): step 1's loads."""
+    script = tmp_path / "slow_save.py"
+    script.write_text(SLOW_SAVE)
+    args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--parallel=fsdp", "--eval_interval=1",
+            "--eval_iters=1", "--max_iters=3"]
+    proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while proc.stdout.readline().strip() != "saving":
+        assert proc.poll() is None and time.time() < deadline
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (tmp_path / "ckpt-2").is_dir() and train.load_checkpoint(tmp_path)["iter_num"] == 1
+    sample.load_checkpoint(str(tmp_path), "cpu")
+
+
+def test_per_block_compile_under_fsdp_trains_and_saves_as_eager(data_dir, tmp_path, monkeypatch):
+    compile, compiled = torch.compile, []
+    monkeypatch.setattr(torch, "compile", lambda *a, **kw: compiled.append(a) or compile(*a, **kw | dict(backend="eager")))
+    fsdp_run(data_dir, tmp_path / "compiled", "--max_iters=3", "--compile=True", "--activation_checkpointing=True")
+    assert len(compiled) == 2  # each of the 2 blocks on its own (nn.Module.compile calls torch.compile)
+    fsdp_run(data_dir, tmp_path / "eager", "--max_iters=3")
+    assert_close(losses(tmp_path / "compiled"), losses(tmp_path / "eager"), 1e-6)
+    sample.load_checkpoint(str(tmp_path / "compiled"), "cpu")  # no _orig_mod. or wrapper prefixes in the keys
+
+
+def test_out_of_memory_is_one_line_naming_the_levers(data_dir, tmp_path, monkeypatch):
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+    monkeypatch.setattr(train, "train_step", oom)
+    with pytest.raises(SystemExit) as error:
+        train.main([f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--max_iters=2"])
+    message = str(error.value.code)
+    assert message.startswith("error: out of memory") and "\n" not in message
+    assert all(lever in message for lever in ("batch_size", "activation_checkpointing=True", "parallel='fsdp'"))
+
+
+def test_settings_that_fsdp_cannot_serve_are_one_line_errors():
+    with pytest.raises(SystemExit, match="^error: log_layer_stats needs the whole model"):
+        train.configure(["--parallel=fsdp", "--log_layer_stats=True"])
+    with pytest.raises(SystemExit, match="^error: parallel must be one of ddp, fsdp, got 'zero3'"):
+        train.configure(["--parallel=zero3"])
+
+
+# ---------------------------------------------------------------- memory estimate
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_block_activations_are_counted_from_a_narrow_copy(mode, arch, dtype):
+    """The narrow copy's count, scaled to the width, against the same count taken at the width itself."""
+    config = GPTConfig(n_layer=2, n_head=4, n_embd=256, block_size=64, vocab_size=64, norm_mode=mode, arch=arch,
+                       multiple_of=1)
+    wide = configurator.block_activation_bytes(config, dtype, width=config.n_embd)
+    assert configurator.block_activation_bytes(config, dtype) == pytest.approx(wide, rel=0.06)
+    assert wide > (36 if dtype == "bfloat16" else 64) * config.n_embd * 0.99  # at least a pre-norm block's vectors
+
+
+def test_memory_estimate_shards_the_state_and_checkpointing_shrinks_activations():
+    model = GPT(GPTConfig(n_layer=4, n_head=4, n_embd=64, block_size=64, vocab_size=100))
+    n = sum(p.numel() for p in model.parameters())
+    cfg = types.SimpleNamespace(batch_size=8, parallel="ddp", activation_checkpointing=False)
+    ddp = configurator.memory_estimate(model, cfg, 4, "float32")
+    assert (ddp["parameters"], ddp["gradients"], ddp["optimizer"]) == (4 * n, 4 * n, 8 * n)  # AdamW: 16 bytes each
+    fsdp = configurator.memory_estimate(model, types.SimpleNamespace(**vars(cfg) | dict(parallel="fsdp")), 4, "float32")
+    assert (fsdp["gradients"], fsdp["optimizer"]) == (n, 2 * n)
+    assert fsdp["activations"] == ddp["activations"] > ddp["switched"]
+    checkpointed = configurator.memory_estimate(model, types.SimpleNamespace(**vars(cfg) | dict(
+        activation_checkpointing=True)), 4, "float32")
+    assert checkpointed["activations"] == ddp["switched"] and checkpointed["switched"] == ddp["activations"]
+
+
+# ---------------------------------------------------------------- the 7B and 8B configs
+
+@pytest.mark.parametrize("size, llama_vocab, llama_params, here", [("7b", 32_000, 6.74e9, 6.89e9),
+                                                                   ("8b", 128_256, 8.03e9, 7.39e9)])
+def test_the_7b_and_8b_configs_build_llamas_blocks_sharded_and_checkpointed(size, llama_vocab, llama_params, here):
+    """Parsed, built on the meta device (nothing allocated), counted: Llama 2 7B's and Llama 3 8B's parameters
+    with their own vocabularies, and with GPT-2's 50,304 as trained here; SimpleGPT's recipe for both models."""
+    cfgs = {n: train.configure([os.path.join(ROOT, "configs", f"llama_{n}_{size}.py")])[0]
+            for n in ("simplenorm", "pre_qknorm")}
+    assert (cfgs["simplenorm"].norm_mode, cfgs["pre_qknorm"].norm_mode, cfgs["pre_qknorm"].qk_norm) == \
+        ("simplenorm", "pre", True)
+    assert {k for k, v in vars(cfgs["simplenorm"]).items() if vars(cfgs["pre_qknorm"])[k] != v} == \
+        {"norm_mode", "qk_norm", "out_dir"}
+    cfg = cfgs["simplenorm"]
+    assert (cfg.parallel, cfg.activation_checkpointing) == ("fsdp", True)
+    assert (cfg.learning_rate, cfg.weight_decay) == (1e-3, 0.05)
+    assert (cfg.block_size, cfg.warmup_iters, cfg.max_iters, cfg.total_batch_size) == (2048, 200, 20_000, 192 * 2048)
+    assert train.accumulation_steps(cfg, 8) == {"7b": 6, "8b": 8}[size]  # as SimpleGPT's tomls on 8 GPUs
+    config = configurator.model_config(cfg, dict(vocab_size=50257, tokenizer="gpt2"))
+    for vocab, count in ((llama_vocab, llama_params), (config.vocab_size, here)):
+        with torch.device("meta"):
+            model = GPT(dataclasses.replace(config, vocab_size=vocab))
+        assert sum(p.numel() for p in model.parameters()) == pytest.approx(count, rel=2e-3)
+    mlp, attn = model.transformer.h[0].mlp, model.transformer.h[0].attn
+    assert (mlp.c_fc.weight.shape[0], attn.n_kv_head) == {"7b": (11_008, 32), "8b": (14_336, 8)}[size]
+    memory = configurator.memory_estimate(model, cfg, 8, "bfloat16")  # on 8 GPUs, checkpointing: under 80 GB
+    assert sum(memory[k] for k in ("parameters", "gradients", "optimizer", "activations")) < 40 * 2**30
+    assert memory["switched"] > 50 * 2**30  # without checkpointing the activations alone would not fit
