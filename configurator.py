@@ -261,8 +261,8 @@ def memory_estimate(model, cfg, world, dtype):
     per_block = sum(p.numel() for p in model.transformer.h[0].parameters())
     shards, tokens = world if fsdp else 1, cfg.batch_size * c.block_size
     block, head = block_activation_bytes(c, dtype), 4 * c.vocab_size + 8 * c.n_embd  # per token
-    copies = 2 * n if bf16 and not fsdp else 0  # with checkpointing only those outside the blocks
-    outside = copies and 2 * (n - c.n_layer * per_block)  # checkpointed blocks recompute theirs
+    copies = 2 * n if bf16 and not fsdp else 0  # ddp's autocast: a bf16 copy of every weight
+    outside = copies and 2 * (n - c.n_layer * per_block)  # with checkpointing the blocks recompute theirs
     activations = (tokens * ((c.n_layer + 1) * block + head) + copies,
                    tokens * (c.n_layer * 4 * c.n_embd + 2 * block + head) + outside)
     return dict(parameters=4 * n / shards + (2 * per_block * (2 if bf16 else 4) if fsdp else 0),
