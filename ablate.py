@@ -5,6 +5,7 @@ Ablate the norm modes: train.py once per (mode, learning rate, seed, sweep point
     python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3  # the same runs are skipped, two more seeds
     python ablate.py configs/ablate_geonorm.py                         # pre vs geonorm's step size, decay and clamp
     python ablate.py CONFIG.py --modes=pre,geonorm --lrs=1e-3,3e-3 --sweep=geo_alpha=1,3,10 --max_iters=500
+    python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3 --figures=docs/shakespeare_char  # no training
 
 A config file is a train.py config plus optional `ablate_<name> = ...` lines for ablate.py's own settings,
 which the command line sets as --<name>=...:
@@ -22,6 +23,8 @@ which the command line sets as --<name>=...:
                                    tasks, tabled as mean ± std over seeds (default: none)
     eval_limit  N                  eval.py's --limit: only each task's first N examples (default: all)
     eval_include_path  DIR         eval.py's --include_path: task YAMLs of your own (default: none)
+    figures DIR                    train nothing: draw the figures of the runs that finished into DIR
+                                   (the same command and settings as the ablation, so it finds its runs)
 
 A value repeated in modes, seeds, lrs or a sweep (--seeds=1,1, --lrs=1e-3,0.001) is run once.
 
@@ -35,6 +38,7 @@ eval_tasks and eval_limit is not evaluated again. A diverged run (non-finite los
 plotted as diverged. out_dir/ablate gets results.md, results.json and the plots.
 """
 import ast
+import io
 import itertools
 import json
 import math
@@ -56,9 +60,10 @@ from model import NORM_MODES
 OWN = {"ablate_modes": ("all", (str, list)), "ablate_seeds": (None, (list, type(None))),
        "ablate_lrs": (None, (list, type(None))), "ablate_sweep": ({}, (dict,)), "ablate_nproc": (1, (int,)),
        "ablate_jobs": (1, (int,)), "ablate_eval_tasks": ("", (str,)), "ablate_eval_limit": (None, (int, type(None))),
-       "ablate_eval_include_path": ("", (str,))}
+       "ablate_eval_include_path": ("", (str,)), "ablate_figures": ("", (str,))}
 PER_RUN = ("norm_mode", "learning_rate", "min_lr", "seed", "out_dir", "init_from")  # set by ablate.py, not swept
 MODE_OF_PREFIX = {"geo_": "geonorm", "sandwich_": "sandwich", "simplenorm_": "simplenorm"}
+PREFIX_OF_MODE = {mode: prefix for prefix, mode in MODE_OF_PREFIX.items()}
 TRAIN, EVAL = str(Path(__file__).with_name("train.py")), str(Path(__file__).with_name("eval.py"))
 
 
@@ -110,7 +115,7 @@ def configure(argv):
     lrs = own["ablate_lrs"] and unique(configurator.checked("learning_rate", lr, settings, "lrs")
                                        for lr in own["ablate_lrs"])
     evaluation = {k[12:]: own[k] for k in ("ablate_eval_tasks", "ablate_eval_limit", "ablate_eval_include_path")}
-    return dict(modes=modes, seeds=seeds, lrs=lrs, eval=evaluation,
+    return dict(modes=modes, seeds=seeds, lrs=lrs, eval=evaluation, figures=own["ablate_figures"],
                 sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"],
                 given={"log_layer_stats": True} | given, base=base)
 
@@ -274,102 +279,218 @@ def write_results(groups, plan, root, argv, pngs):
             + (" Eval tasks (eval.py, lm-eval): acc_norm where the task has it, else acc, mean ± std over the seeds"
                " that finished." if plan["eval"]["tasks"] else "") + f"\n\n{table(groups)}\n\n"
             f"Lowest final val loss first: {order or 'none finished'}\n\n" + "".join(f"![{p}]({p})\n" for p in pngs))
-    (root / "results.md").write_text(text)
+    write_atomic(root / "results.md", text.encode())
     plan = {k: v for k, v in plan.items() if k != "base"}
-    (root / "results.json").write_text(json.dumps(dict(plan=plan, groups=groups), indent=1, default=str))
+    write_atomic(root / "results.json", json.dumps(dict(plan=plan, groups=groups), indent=1, default=str).encode())
     return text
+
+
+def write_atomic(path, data):
+    """data (bytes) to a temporary name beside path, then renamed: a killed ablate.py leaves no half file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------- plots
 
-def finish(fig, ax, path):
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+WIDE, TALL = 6.4, 3.6  # inches, before the legend: at 100 dpi about 800 × 400 pixels and 50 KB, for the README
+HOUSE_STYLE = {"savefig.dpi": 100, "figure.constrained_layout.use": True, "axes.grid": True, "axes.grid.which": "both",
+               "grid.alpha": 0.3, "axes.titlesize": "medium", "figure.titlesize": "medium", "legend.fontsize": "small",
+               "legend.frameon": False}
+LINESTYLES = ("-", "--", "-.", ":")
+SHADES = (0.0, 0.45, -0.4, 0.7, -0.65)  # toward white (+) or black (−), for a mode's 5th, 9th, ... variant
+
+
+def mode_color(mode):
+    """A mode's colour in every figure of every ablation: tab10's colour at the mode's place in NORM_MODES."""
+    return matplotlib.colormaps["tab10"](NORM_MODES.index(mode) % 10)
+
+
+def styles(modes):
+    """{key: (colour, line style)} for modes, a {key: mode}: each mode in its own colour, its further variants
+    (other learning rates or sweep points) in other line styles, then shades, of that colour."""
+    count, result = {}, {}
+    for key, mode in modes.items():
+        i = count[mode] = count.get(mode, -1) + 1
+        shade = SHADES[i // len(LINESTYLES) % len(SHADES)]
+        toward = 1.0 if shade > 0 else 0.0
+        color = tuple(c + abs(shade) * (toward - c) for c in matplotlib.colors.to_rgb(mode_color(mode)))
+        result[key] = color, LINESTYLES[i % len(LINESTYLES)]
+    return result
+
+
+def label(g, plan, with_lr=True):
+    """A legend entry: the mode, its sweep point (geonorm alpha=3.0, not geo_alpha) and its learning rate
+    unless it is the title's."""
+    other_lr = with_lr and g["lr"] != plan["base"]["learning_rate"]
+    lr = [f"lr {g['lr']:g}" + (" (3×)" if g["tripled"] else "")] if other_lr else []
+    sweep = [f"{k.removeprefix(PREFIX_OF_MODE.get(g['mode'], ''))}={v}" for k, v in g["sweep"].items()]
+    return " ".join([g["mode"], *sweep, *lr])
+
+
+def setting(groups, plan, with_lr=True):
+    """What was trained, for the titles: 'shakespeare_char, gpt2 blocks 4 × 128, lr 0.002, 2,000 steps, 3 seeds'."""
+    b = plan["base"]
+    seeds = len({r["seed"] for g in groups for r in g["runs"] if r["status"] in ("finished", "diverged")})
+    lr = f"lr {b['learning_rate']:g}, " * with_lr
+    return (f"{b['dataset']}, {b.get('arch', 'gpt2')} blocks {b['n_layer']} × {b['n_embd']}, {lr}"
+            f"{b['max_iters']:,} steps, {seeds} seed{'s' * (seeds != 1)}")
+
+
+def loss_unit(plan):
+    """Cross-entropy in nats per character or per token, by the dataset's tokenizer when its meta.json is here."""
+    try:
+        meta = json.loads((Path(plan["base"]["data_dir"]) / plan["base"]["dataset"] / "meta.json").read_text())
+    except (OSError, ValueError):
+        return "nats per token"
+    return "nats per character" if meta.get("tokenizer") == "char" else "nats per token"
+
+
+def log_if_wide(ax, values):
+    """A log y axis when the values span more than 20×: the small ones would otherwise sit on the floor."""
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    if values and max(values) > 20 * min(values):
+        ax.set_yscale("log")
+
+
+def finish(fig, ax, title, path):
+    """Title above, the legend right of ax (never over a line), and the PNG. The legend is left out of the
+    layout and the image grows to hold it: every plot keeps its size however long its legend."""
+    fig.suptitle(title)
+    legend = ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1))
+    legend.set_in_layout(False)
+    png, extra = io.BytesIO(), fig.get_default_bbox_extra_artists() + [legend]
+    fig.savefig(png, format="png", bbox_inches="tight", bbox_extra_artists=extra)
     plt.close(fig)
+    write_atomic(path, png.getvalue())
 
 
-def plot_val_loss(groups, color, path):
-    """Val loss against step: the mean of the seeds that finished with a ±std band; a diverged seed
-    dashed, with an x where it stopped. The y axis starts at the second evaluation, not at ln(vocab)."""
-    fig, ax, tops = *plt.subplots(figsize=(8, 5)), []
+def plot_val_loss(groups, plan, path):
+    """Val loss against step: the mean of the seeds that finished, a band of ±1 std; a diverged seed in a
+    thin line ending in an x. The axes start at the second evaluation: the first is ln(vocab) for all."""
+    fig, ax = plt.subplots(figsize=(WIDE, TALL))
+    style, tops, bottoms, starts = styles({g["group"]: g["mode"] for g in groups}), [], [], []
     for g in groups:
+        color, ls = style[g["group"]]
         done = [r for r in g["runs"] if r["status"] == "finished"]
         if done:
             steps = [s for s, _ in done[0]["evals"]]
             mean, std = zip(*(mean_std(v) for v in zip(*[[l for _, l in r["evals"]] for r in done])))
-            ax.plot(steps, mean, color=color[g["group"]], label=g["group"])
+            ax.plot(steps, mean, ls, color=color, label=label(g, plan), marker=".")
             ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
-                            color=color[g["group"]], alpha=0.2)
+                            color=color, alpha=0.2, linewidth=0)
             tops.append(mean[min(1, len(mean) - 1)])
+            bottoms.append(min(m - s for m, s in zip(mean, std)))
+            starts.append(steps[min(1, len(steps) - 1)])
         for i, r in enumerate(r for r in g["runs"] if r["status"] == "diverged" and r["evals"]):
             steps, losses = zip(*r["evals"])
-            label = None if done or i else g["group"] + " (diverged)"
-            ax.plot(steps, losses, "--", color=color[g["group"]], label=label)
-            ax.plot(r["iter"], losses[-1], "x", color=color[g["group"]], markersize=10, mew=2)
+            diverged = None if done or i else label(g, plan) + " (diverged)"
+            ax.plot(steps, losses, ls, color=color, linewidth=0.8, label=diverged)
+            ax.plot(r["iter"], losses[-1], "x", color=color, markersize=9, mew=2)
             tops.append(losses[-1])
-    ax.set(xlabel="step", ylabel="val loss", title="val loss (x: diverged)")
-    ax.set_ylim(top=max((t for t in tops if math.isfinite(t)), default=None))
-    finish(fig, ax, path)
+    ax.set(xlabel="step", ylabel=f"validation loss ({loss_unit(plan)})")
+    top, bottom = max((t for t in tops if math.isfinite(t)), default=1.0), min(bottoms, default=0.0)
+    ax.set_ylim(bottom - 0.03 * (top - bottom), top)
+    ax.set_xlim(left=min(starts, default=None))
+    diverged = "; x: diverged" * any(g["diverged"] for g in groups)
+    finish(fig, ax, f"Validation loss during training (mean ± std over seeds{diverged})\n{setting(groups, plan)}", path)
 
 
-def plot_lr(groups, color, path):
-    """Final val loss against learning rate per mode and sweep point; x at the top: a seed diverged."""
-    fig, ax = plt.subplots(figsize=(8, 5))
-    families = {}
+def plot_lr(groups, plan, path):
+    """Final val loss against learning rate, a line per mode and sweep point (error bars: ±1 std over seeds),
+    each a little apart sideways; an x at the top where a seed diverged."""
+    fig, ax = plt.subplots(figsize=(WIDE, TALL))
+    families = {}  # the groups that differ only in learning rate
     for g in groups:
-        families.setdefault(g["group"].replace(f"_lr{g['lr']:g}", ""), []).append(g)
-    for family, members in families.items():
-        c = color[members[0]["group"]]
+        families.setdefault(label(g, plan, with_lr=False), []).append(g)
+    style = styles({family: members[0]["mode"] for family, members in families.items()})
+    for k, (family, members) in enumerate(families.items()):
+        color, ls = style[family]
+        dodge = 10 ** (0.005 * (k - (len(families) - 1) / 2))  # side by side, not one error bar over another
         ok = [g for g in members if g["final_val_loss"]]
-        ax.errorbar([g["lr"] for g in ok], [g["final_val_loss"][0] for g in ok],
-                    yerr=[g["final_val_loss"][1] for g in ok], marker="o", color=c, capsize=3, label=family)
-        for g in members:
-            if g["diverged"]:
-                ax.plot(g["lr"], 0.97, "x", color=c, markersize=10, mew=2, transform=ax.get_xaxis_transform())
-    ax.set(xscale="log", xlabel="learning rate", ylabel="final val loss", title="final val loss vs lr (x: diverged)")
-    finish(fig, ax, path)
+        if ok:
+            mean, std = zip(*(g["final_val_loss"] for g in ok))
+            lrs = [g["lr"] * dodge for g in ok]
+            ax.plot(lrs, mean, ls, marker="o", color=color, label=family)  # a line, so the legend keeps this order
+            ax.errorbar(lrs, mean, std, fmt="none", color=color, capsize=3)
+        for i, g in enumerate(g for g in members if g["diverged"]):
+            ax.plot(g["lr"] * dodge, 0.97, "x", color=color, markersize=9, mew=2, transform=ax.get_xaxis_transform(),
+                    label=None if ok or i else f"{family} (diverged)")
+    lrs = [g["lr"] for g in groups]
+    ax.set(xscale="log", xlim=(min(lrs) / 2, max(lrs) * 2), xlabel="peak learning rate (log scale)",
+           ylabel=f"final validation loss ({loss_unit(plan)})")
+    title = "Final validation loss against learning rate" + " (x: diverged)" * any(g["diverged"] for g in groups)
+    finish(fig, ax, f"{title}\n{setting(groups, plan, with_lr=False)}", path)
 
 
-def plot_layers(groups, color, key, ylabel, path, log_scale):
-    """A per-block statistic at the first and the last evaluation, mean over the seeds that finished."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+def plot_layers(groups, plan, key, ylabel, what, path):
+    """A per-block statistic at the first evaluation (step 0: the initialization) and at the last, mean over
+    the seeds that finished."""
+    fig, axes = plt.subplots(1, 2, figsize=(WIDE * 1.4, TALL), sharey=True)
+    style, values, steps = styles({g["group"]: g["mode"] for g in groups}), [], [0, 0]
     for g in groups:
+        color, ls = style[g["group"]]
         stats = [r["stats"] for r in g["runs"] if r["stats"] and r["status"] == "finished"]
-        for ax, which in zip(axes, (0, -1)):
-            if stats:
-                values = [statistics.fmean(v) for v in zip(*[s[which][key] for s in stats])]
-                ax.plot(range(1, len(values) + 1), values, "o-", color=color[g["group"]],
-                        label=g["group"] if which == -1 else None)
-    for ax, title in zip(axes, ("first evaluation (init)", "last evaluation")):
-        ax.set(xlabel="block", title=title, yscale="log" if log_scale else "linear")
+        for i, ax in enumerate(axes) if stats else ():
+            which = (0, -1)[i]
+            mean = [statistics.fmean(v) for v in zip(*[s[which][key] for s in stats])]
+            ax.plot(range(1, len(mean) + 1), mean, ls, marker="o", markersize=4, color=color,
+                    label=label(g, plan) if i else None)
+            values += mean
+            steps[i] = stats[0][which]["iter"]
+    for ax, title in zip(axes, (f"step {steps[0]:,} (initialization)", f"step {steps[1]:,} (end of training)")):
+        ax.set(xlabel="block (1 = next to the embedding)", title=title)
         ax.xaxis.get_major_locator().set_params(integer=True)
     axes[0].set_ylabel(ylabel)
-    finish(fig, axes[-1], path)
+    log_if_wide(axes[0], values)
+    finish(fig, axes[-1], f"{what}\n{setting(groups, plan)}", path)
 
 
-def plot_all(groups, root):
-    cmap = plt.get_cmap("tab10" if len(groups) <= 10 else "tab20")
-    color = {g["group"]: cmap(i % cmap.N) for i, g in enumerate(groups)}  # a group's color in every plot
-    plot_val_loss(groups, color, root / "val_loss.png")
-    plot_lr(groups, color, root / "lr.png")
+LAYER_FIGURES = (  # the key in log.jsonl's layer_stats, the y label, the title
+    ("grad_norm", "‖∂loss/∂θ‖, L2 over the block", "Gradient norm of each block's parameters, on one validation batch"),
+    ("resid_rms", "RMS of the residual stream", "Size of the residual stream after each block"),
+    ("angle", "angle (radians)", "Angle by which each block turns a token's vector"),
+)
+
+
+def plot_all(groups, plan, folder):
+    """Every figure the runs allow, into folder; returns their file names."""
     pngs = ["val_loss.png", "lr.png"]
-    if any(r["stats"] and r["status"] == "finished" for g in groups for r in g["runs"]):
-        for key, ylabel, log_scale in (("grad_norm", "gradient norm of the block's parameters", True),
-                                       ("resid_rms", "RMS of the residual stream after the block", True),
-                                       ("angle", "mean rotation of a token's vector (radians)", False)):
-            plot_layers(groups, color, key, ylabel, root / f"{key}.png", log_scale)
-            pngs.append(f"{key}.png")
+    with plt.rc_context(HOUSE_STYLE):
+        plot_val_loss(groups, plan, folder / "val_loss.png")
+        plot_lr(groups, plan, folder / "lr.png")
+        if any(r["stats"] and r["status"] == "finished" for g in groups for r in g["runs"]):
+            for key, ylabel, what in LAYER_FIGURES:
+                plot_layers(groups, plan, key, ylabel, what, folder / f"{key}.png")
+                pngs.append(f"{key}.png")
     return pngs
 
 
 # ----------------------------------------------------------------------------------------- main
+
+def draw_figures(runs, plan, root):
+    """--figures=DIR: the figures of the runs that have finished, drawn into DIR without training."""
+    groups = summarize(runs, plan["eval"])
+    if not any(g["finished"] or g["diverged"] for g in groups):
+        sys.exit(f"error: no run of this ablation has finished in {root}: "
+                 f"give the config, settings and --out_dir it ran with")
+    folder = Path(plan["figures"])
+    folder.mkdir(parents=True, exist_ok=True)
+    pngs = plot_all(groups, plan, folder)
+    print(f"{table(groups)}\n\nwrote {', '.join(pngs)} in {folder}")
+    if unfinished := [r["name"] for g in groups for r in g["runs"] if r["status"] not in ("finished", "diverged")]:
+        print(f"note: {len(unfinished)} of {len(runs)} runs have not finished, and the figures leave them out: "
+              f"{', '.join(unfinished)}", file=sys.stderr)
+
 
 def main(argv):
     plan = configure(argv)
     root = Path(plan["base"]["out_dir"]) / "ablate"
     runs = plan_runs(plan, root)
     check_not_stale(runs)
+    if plan["figures"]:
+        return draw_figures(runs, plan, root)
     threads = max(1, (os.cpu_count() or 1) // (plan["jobs"] * plan["nproc"]))
     print(f"{len(runs)} runs in {root}, {plan['jobs']} at a time, {threads} threads each")
     with ThreadPoolExecutor(plan["jobs"]) as pool:
@@ -381,7 +502,7 @@ def main(argv):
             pool.shutdown(cancel_futures=True)
             sys.exit("interrupted: run the same command again to go on")
     groups = summarize(runs, plan["eval"])
-    print(write_results(groups, plan, root, argv, plot_all(groups, root)))
+    print(write_results(groups, plan, root, argv, plot_all(groups, plan, root)))
     if failed := [r["name"] for g in groups for r in g["runs"] if r["status"] not in ("finished", "diverged")]:
         sys.exit(f"error: {len(failed)} runs did not finish: {', '.join(failed)} (see their train.log)")
 

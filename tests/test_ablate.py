@@ -1,10 +1,12 @@
 """ablate.py's promises: a tiny two-mode ablation end to end, skip and resume, divergence as a result."""
+import colorsys
 import contextlib
 import io
 import json
 import os
 import shutil
 
+import matplotlib.colors
 import matplotlib.image
 import pytest
 
@@ -154,3 +156,103 @@ def test_the_llama_char_ablation_is_the_gpt2_one_on_the_llama_block():
                    for name in ("ablate_shakespeare_char.py", "ablate_llama_char.py"))
     assert {k for k in llama["base"] if llama["base"][k] != gpt2["base"][k]} == {"arch", "multiple_of", "out_dir"}
     assert [llama[k] for k in ("modes", "seeds", "lrs", "jobs")] == [gpt2[k] for k in ("modes", "seeds", "lrs", "jobs")]
+
+
+def fake_run(folder, seed, status="finished", n_layer=2):
+    """A run's log.jsonl as train.py writes it, without training: evaluations at 0, 5 and 10 (a diverged run
+    stops after 5) with layer stats, a train line and the end line."""
+    folder.mkdir(parents=True)
+    steps = [0, 5] if status == "diverged" else [0, 5, 10]
+    events = []
+    for step in steps:
+        loss = 4.2 - 0.1 * step - 0.01 * seed
+        events += [dict(event="eval", iter=step, train_loss=loss, val_loss=loss, lr=1e-3),
+                   dict(event="layer_stats", iter=step, grad_norm=[0.01 * seed] * n_layer, resid_rms=[1.0] * n_layer,
+                        angle=[0.5] * n_layer)]
+    events.append(dict(event="train", iter=5, train_loss=3.7, tokens_per_s=1000.0))
+    if status != "interrupted":
+        events.append(dict(event="end", status=status, iter=steps[-1]))
+    (folder / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+@pytest.fixture
+def drawn(tmp_path, monkeypatch):
+    """ablate.py --figures on fake finished ablations: draw(modes, runs) returns what it printed and the
+    figures' titles, y labels and line colours by legend label."""
+    figures = {}
+
+    def record(fig, ax, title, path):
+        lines = [line for a in fig.axes for line in a.get_lines() if not line.get_label().startswith("_")]
+        figures[(title.split("\n")[0], path.parent.parent.name)] = dict(  # (title, the ablation)
+            ylabel=fig.axes[0].get_ylabel(), colors={line.get_label(): line.get_color() for line in lines})
+        real_finish(fig, ax, title, path)
+
+    real_finish = ablate.finish
+    monkeypatch.setattr(ablate, "finish", record)
+    meta = tmp_path / "data" / "tiny" / "meta.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps(dict(tokenizer="char")))
+
+    def draw(name, modes, statuses):
+        out = tmp_path / name
+        for (mode, seed), status in statuses.items():
+            fake_run(out / "ablate" / f"{mode}_lr0.001_s{seed}", seed, status)
+        printed = ablate_main(f"--out_dir={out}", f"--data_dir={tmp_path / 'data'}", "--dataset=tiny",
+                              "--learning_rate=1e-3", "--n_layer=2", "--max_iters=10", f"--modes={modes}",
+                              "--lrs=1e-3", "--seeds=1,2", f"--figures={tmp_path / name / 'figures'}")
+        return out, printed
+    return draw, figures
+
+
+def test_figures_are_drawn_from_a_finished_ablation_without_training(drawn, capsys):
+    draw, figures = drawn
+    out, printed = draw("a", "pre,geonorm", {("pre", 1): "finished", ("pre", 2): "finished",
+                                             ("geonorm", 1): "finished", ("geonorm", 2): "diverged"})
+    for name in PLOTS:
+        assert (out / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    assert not list(out.glob("ablate/*/train.log")) and not (out / "ablate" / "results.md").exists()  # nothing ran
+    assert "wrote val_loss.png, lr.png, grad_norm.png, resid_rms.png, angle.png" in printed
+    [val_loss] = [f for (title, _), f in figures.items() if title.startswith("Validation loss")]
+    assert val_loss["ylabel"] == "validation loss (nats per character)"
+    assert set(val_loss["colors"]) == {"pre", "geonorm"}  # geonorm's finished seed; its diverged one unlabelled
+    assert "not finished" not in capsys.readouterr().err
+
+
+def test_a_mode_has_one_colour_in_every_figure_and_every_ablation(drawn):
+    draw, figures = drawn
+    draw("a", "pre,geonorm", {(m, s): "finished" for m in ("pre", "geonorm") for s in (1, 2)})
+    draw("b", "geonorm,simplenorm,deep", {(m, s): "finished" for m in ("geonorm", "simplenorm", "deep")
+                                          for s in (1, 2)})
+    seen = {}
+    for (title, ablation), figure in figures.items():
+        for mode, color in figure["colors"].items():
+            assert matplotlib.colors.to_hex(color) == matplotlib.colors.to_hex(ablate.mode_color(mode)), (title, mode)
+            seen.setdefault(mode, set()).add(ablation)
+    assert seen == {"pre": {"a"}, "geonorm": {"a", "b"}, "simplenorm": {"b"}, "deep": {"b"}}
+    assert len(figures) == 10  # five figures in each of the two ablations
+    assert len({ablate.mode_color(m) for m in ablate.NORM_MODES}) == len(ablate.NORM_MODES)
+
+
+def test_the_variants_of_a_mode_are_shades_and_line_styles_of_its_colour():
+    modes = {f"geonorm{i}": "geonorm" for i in range(12)} | {"pre": "pre"}
+    styles = ablate.styles(modes)
+    assert styles["geonorm0"][0] == matplotlib.colors.to_rgb(ablate.mode_color("geonorm"))
+    assert styles["pre"][0] == matplotlib.colors.to_rgb(ablate.mode_color("pre"))  # its first variant: the mode's own
+    assert len(set(styles.values())) == len(styles)  # every variant told apart
+    hue = colorsys.rgb_to_hls(*matplotlib.colors.to_rgb(ablate.mode_color("geonorm")))[0]
+    for key in modes:
+        if key != "pre":
+            assert colorsys.rgb_to_hls(*styles[key][0])[0] == pytest.approx(hue, abs=1e-6), key
+
+
+def test_figures_of_an_ablation_that_never_ran_are_an_error(drawn):
+    draw, _ = drawn
+    with pytest.raises(SystemExit, match="no run of this ablation has finished in .*: give the config, settings"):
+        draw("empty", "pre", {})
+
+
+def test_figures_of_an_unfinished_ablation_name_the_runs_they_leave_out(drawn, capsys):
+    draw, _ = drawn
+    draw("half", "pre", {("pre", 1): "finished", ("pre", 2): "interrupted"})
+    err = capsys.readouterr().err
+    assert "note: 1 of 2 runs have not finished, and the figures leave them out: pre_lr0.001_s2" in err
