@@ -481,6 +481,21 @@ def test_loss_at_init_is_log_vocab(mode, arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode", NORM_MODES)
+def test_every_block_changes_x_through_its_sub_layers(mode, arch):
+    """Each join's output depends on its sub-layer f. A branch that returns x (or LN(x)) whatever f is still
+    starts at a loss of ln(vocab) and learns a fixed batch as a bigram model; this names what is wrong."""
+    model = build(mode, arch=arch)
+    x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        for block in model.transformer.h:
+            for f, norms in ((block.attn, (block.ln_1, block.ln_1_out)), (block.mlp, (block.ln_2, block.ln_2_out))):
+                with_f, without_f = block.join(x, f, *norms), block.join(x, torch.zeros_like, *norms)
+                assert (with_f - without_f).abs().max() > 1e-4
+            x = block(x)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("mode", NORM_MODES)
 def test_gradients_are_finite(mode, arch):
     model = build(mode, arch=arch).train()
     idx, targets = batch(model.config)
