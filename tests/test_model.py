@@ -496,6 +496,22 @@ def test_every_block_changes_x_through_its_sub_layers(mode, arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode", NORM_MODES)
+def test_every_join_keeps_x_when_its_sub_layer_is_zero(mode, arch):
+    """The residual path: with f = 0 a join returns x up to a scale (at init every norm's gain is one, and x is
+    centred, so LayerNorm only scales it). A branch that drops the residual still starts at ln(vocab) with
+    finite gradients, and may still learn a fixed batch."""
+    model = build(mode, arch=arch)
+    x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(2))
+    x = x - x.mean(-1, keepdim=True)
+    with torch.no_grad():
+        for block in model.transformer.h:
+            for norms in ((block.ln_1, block.ln_1_out), (block.ln_2, block.ln_2_out)):
+                y = block.join(x, torch.zeros_like, *norms)
+                assert F.cosine_similarity(y, x, dim=-1).min() > 1 - 1e-6
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("mode", NORM_MODES)
 def test_gradients_are_finite(mode, arch):
     model = build(mode, arch=arch).train()
     idx, targets = batch(model.config)
