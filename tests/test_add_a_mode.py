@@ -31,6 +31,8 @@ def patched_copy(tmp_path, diff):
     """A copy of the repository with diff applied."""
     copy = tmp_path / "normgpt"
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "data", "out*", "docs", "__pycache__", ".*cache"))
+    if (ROOT.parent / "shared").is_dir():  # the data and tokenizer files beside the checkout (tests/conftest.py)
+        (tmp_path / "shared").symlink_to(ROOT.parent / "shared")
     subprocess.run(["git", "init", "-q"], cwd=copy, check=True)  # git apply takes paths from the copy's root
     applied = subprocess.run(["git", "apply", "-"], input=diff, cwd=copy, capture_output=True, text=True)
     assert applied.returncode == 0, f"README's diff does not apply to this checkout:\n{applied.stderr}"
