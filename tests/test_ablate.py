@@ -266,4 +266,4 @@ def test_every_figure_under_docs_is_shown_in_the_readme_and_opens():
     assert shown == pngs
     for name in pngs:
         height, width, _ = matplotlib.image.imread(ROOT / name).shape
-        assert 300 < height < 800 and 500 < width < 1400 and (ROOT / name).stat().st_size < 150_000, name
+        assert 300 < height < 800 and 500 < width < 1400 and (ROOT / name).stat().st_size < 60_000, name
