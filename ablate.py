@@ -371,7 +371,8 @@ def finish(fig, ax, title, path):
 
 def plot_val_loss(groups, plan, path):
     """Val loss against step: the mean of the seeds that finished, a band of ±1 std; a diverged seed in a
-    thin line ending in an x. The axes start at the second evaluation: the first is ln(vocab) for all."""
+    thin line ending in an x. The axes start at the second evaluation of three or more: the first is
+    ln(vocab) for every mode, and would squash the rest."""
     fig, ax = plt.subplots(figsize=(WIDE, TALL))
     style, tops, bottoms, starts = styles({g["group"]: g["mode"] for g in groups}), [], [], []
     for g in groups:
@@ -383,9 +384,10 @@ def plot_val_loss(groups, plan, path):
             ax.plot(steps, mean, ls, color=color, label=label(g, plan), marker=".")
             ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
                             color=color, alpha=0.2, linewidth=0)
-            tops.append(mean[min(1, len(mean) - 1)])
+            first = 1 if len(steps) > 2 else 0  # the curve from the second of three or more evaluations
+            tops.append(mean[first])
             bottoms.append(min(m - s for m, s in zip(mean, std)))
-            starts.append(steps[min(1, len(steps) - 1)])
+            starts.append(steps[first])
         for i, r in enumerate(r for r in g["runs"] if r["status"] == "diverged" and r["evals"]):
             steps, losses = zip(*r["evals"])
             diverged = None if done or i else label(g, plan) + " (diverged)"
@@ -394,7 +396,8 @@ def plot_val_loss(groups, plan, path):
             tops.append(losses[-1])
     ax.set(xlabel="step", ylabel=f"validation loss ({loss_unit(plan)})")
     top, bottom = max((t for t in tops if math.isfinite(t)), default=1.0), min(bottoms, default=0.0)
-    ax.set_ylim(bottom - 0.03 * (top - bottom), top)
+    if top > bottom:
+        ax.set_ylim(bottom - 0.03 * (top - bottom), top)
     ax.set_xlim(left=min(starts, default=None))
     diverged = "; x: diverged" * any(g["diverged"] for g in groups)
     finish(fig, ax, f"Validation loss during training (mean ± std over seeds{diverged})\n{setting(groups, plan)}", path)
