@@ -400,7 +400,8 @@ def plot_val_loss(groups, plan, path):
         ax.set_ylim(bottom - 0.03 * (top - bottom), top)
     ax.set_xlim(left=min(starts, default=None))
     diverged = "; x: diverged" * any(g["diverged"] for g in groups)
-    finish(fig, ax, f"Validation loss during training (mean ± std over seeds{diverged})\n{setting(groups, plan)}", path)
+    title = f"Validation loss during training (mean ± std over seeds{diverged})"
+    finish(fig, ax, f"{title}\n{setting(groups, plan)}", path)
 
 
 def plot_lr(groups, plan, path):
@@ -454,7 +455,8 @@ def plot_layers(groups, plan, key, ylabel, what, path):
 
 
 LAYER_FIGURES = (  # the key in log.jsonl's layer_stats, the y label, the title
-    ("grad_norm", "‖∂loss/∂θ‖, L2 over the block", "Gradient norm of each block's parameters, on one validation batch"),
+    ("grad_norm", "‖∂loss/∂θ‖, L2 over the block",
+     "Gradient norm of each block's parameters, on one validation batch"),
     ("resid_rms", "RMS of the residual stream", "Size of the residual stream after each block"),
     ("angle", "angle (radians)", "Angle by which each block turns a token's vector"),
 )
