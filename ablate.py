@@ -55,6 +55,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 import PIL.Image
 
+import checkpoint
 import configurator
 from model import NORM_MODES
 
@@ -152,7 +153,7 @@ def read_log(folder):
     """A run's status, eval curve, layer stats and results, from its log.jsonl. Status: finished, diverged
     (a non-finite loss, in training or at the last evaluation), interrupted, or failed (no end line: crashed).
     Results come from the events, not the end line: after a resume that line covers only the resumed part."""
-    events = configurator.read_events(folder / "log.jsonl")
+    events = checkpoint.read_events(folder / "log.jsonl")
     end = events[-1] if events and events[-1]["event"] == "end" else None
     evals = [(e["iter"], e["val_loss"]) for e in events if e["event"] == "eval"]
     speeds = [e["tokens_per_s"] for e in events if e["event"] == "train" and e["tokens_per_s"]]  # None: untimed
@@ -192,7 +193,7 @@ def execute(run, nproc, threads, evaluation):
     env = os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
     what, t0 = "skipped", time.time()
     if read_log(run["dir"])["status"] not in ("finished", "diverged"):
-        resume = configurator.find_checkpoint(run["dir"]) is not None  # ckpt.pt, or a sharded ckpt/
+        resume = checkpoint.find_checkpoint(run["dir"]) is not None  # ckpt.pt, or a sharded ckpt/
         args = [f"--{k}={v}" for k, v in run["settings"].items()] + ["--init_from=resume"] * resume
         run["dir"].mkdir(parents=True, exist_ok=True)
         with open(run["dir"] / "train.log", "a") as out:  # train.py's own output, kept out of the progress lines

@@ -12,7 +12,6 @@ import ast
 import builtins
 import dataclasses
 import difflib
-import json
 import math
 import os
 import sys
@@ -199,24 +198,6 @@ def model_config(cfg, meta):
         return GPTConfig(**args, vocab_size=64 * math.ceil(vocab / 64) if meta["tokenizer"] == "gpt2" else vocab)
     except ValueError as e:
         sys.exit(f"error: {e}")
-
-
-def find_checkpoint(out_dir):
-    """The checkpoint train.py left in out_dir, None if none: ckpt.pt (whole), or ckpt, a link to the folder
-    ckpt-STEP of a sharded one. Both are there only after a crash while one replaced the other: the newer."""
-    found = [p for p in (Path(out_dir) / "ckpt.pt", Path(out_dir) / "ckpt") if p.exists()]
-    return max(found, key=lambda p: p.stat().st_mtime, default=None)
-
-
-def read_events(path):
-    """The events of a run's log.jsonl (none if it is missing), less a line cut short by a crash."""
-    events = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            pass
-    return events
 
 
 # ---------------------------------------------------------------------------------- memory estimate

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch.nn import functional as F
 from tqdm import tqdm
 
+import checkpoint
 import configurator
 import prepare_data
 from model import from_gpt2
@@ -254,7 +255,7 @@ def main(argv=None):
                 results["results"].items()},
         results=results["results"], versions=results["versions"], n_shot=results["n-shot"],
         n_samples=results["n-samples"], lm_eval_version=lm_eval.__version__, settings=s, processes=world,
-        model=dict(source=str(configurator.find_checkpoint(s["out_dir"]) if s["init_from"] == "resume" else
+        model=dict(source=str(checkpoint.find_checkpoint(s["out_dir"]) if s["init_from"] == "resume" else
                               s["init_from"]), parameters=model.get_num_params(), config=vars(model.config)),
         seconds=time.time() - t0)
     Path(s["out_dir"]).mkdir(parents=True, exist_ok=True)

@@ -19,21 +19,18 @@ in float32 to 1e-6..1e-4 of the logits' scale, the same tokens unless two candid
 under bf16 autocast (dtype auto on CUDA) by bf16's rounding, about 1% of that scale, enough for greedy
 or seeded samples to take different paths where two tokens are close. --dtype=float32 when they must agree.
 """
-import json
 import os
 import sys
-import warnings
 
 import torch
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 
+import checkpoint
 import configurator
 from configurator import first_line
 from model import GPT, GPTConfig
 from prepare_data import get_tokenizer
-
-warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP read by one process: meant
 
 # settings: the assignments between the two rulers, read by configurator.py (python sample.py --help)
 # --------------------------------------------------------------------------------------------------
@@ -70,22 +67,17 @@ def load_checkpoint(out_dir, device):
     ckpt.pt, or a sharded one (ckpt/, from any number of processes) whose model DCP reads in this process."""
     if not os.path.isdir(out_dir):
         raise SystemExit(f"error: no folder {out_dir}; train a model into it first: python train.py --out_dir={out_dir}")
-    path = configurator.find_checkpoint(out_dir)
+    path = checkpoint.find_checkpoint(out_dir)
     if path is None:
         raise SystemExit(f"error: no checkpoint in {out_dir} (ckpt.pt or ckpt/); train.py writes one when it evaluates")
     try:
-        # mmap, or DCP: only the model's tensors are read; the optimizer state, twice their size, stays on disk
-        ckpt = (json.loads((path / "run.json").read_text()) if path.is_dir()
-                else torch.load(path, map_location="cpu", mmap=True, weights_only=True))
+        ckpt = checkpoint.read_checkpoint(path)  # only the model's tensors are read: the optimizer's stay on disk
     except Exception as e:
         raise SystemExit(f"error: {path} is not a readable checkpoint ({first_line(e)}); "
                          f"it may be truncated or from elsewhere: train again or copy it again")
     try:
         model = GPT(GPTConfig(**ckpt["model_args"])).to(device)
-        if path.is_dir():  # into the model's own tensors: a strict load, every key must be in the files
-            dcp.load({"model": model.state_dict()}, checkpoint_id=path, no_dist=True)
-        else:
-            model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()})  # strict
+        checkpoint.load_weights(model, ckpt)
         meta = ckpt["meta"]
         vocab_size = meta["vocab_size"]
     except (Exception, dcp.CheckpointException) as e:

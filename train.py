@@ -22,34 +22,26 @@ import dataclasses
 import json
 import math
 import os
-import re
-import shutil
 import signal
-import subprocess
 import sys
 import time
 import types
-import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict, get_state_dict,
-                                                     set_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import checkpoint
 import configurator
 import prepare_data
 from model import GPT, from_gpt2
 from prepare_data import get_batch
-
-warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP read by one process: meant
 
 # settings: the assignments between the two rulers, read by configurator.py (python train.py --help)
 # --------------------------------------------------------------------------------------------------
@@ -124,7 +116,7 @@ peak_flops = 0.0  # one device's dense bf16 FLOP/s, for MFU; 0: looked up from t
 def configure(argv):
     """The settings as a namespace, and the checkpoint to resume from (None from scratch)."""
     cfg, given = configurator.parse_settings(argv, __file__)
-    ckpt = load_checkpoint(cfg["out_dir"]) if cfg["init_from"] == "resume" else None
+    ckpt = checkpoint.load_checkpoint(cfg["out_dir"]) if cfg["init_from"] == "resume" else None
     if ckpt:  # the checkpoint's settings, except those given now
         cfg |= {k: v for k, v in ckpt["config"].items() if k in cfg and k not in given}
     if cfg["parallel"] == "fsdp" and cfg["log_layer_stats"]:
@@ -245,73 +237,6 @@ def layer_stats(raw_model, x, y, ctx):
                 angle=[rotation_angle(inp, out) for inp, out in io])
 
 
-# -------------------------------------------------------------------------------- files in out_dir
-
-def save_checkpoint(out_dir, model, optimizer, fields, sharded, master):
-    """Whole (ddp): the master torch.saves ckpt.pt to a temporary file, fsyncs and renames it; the optimizer
-    state is keyed by parameter name, as fsdp's, so either kind resumes under the other. Sharded (fsdp): with
-    torch.distributed.checkpoint every process writes its own shards into out_dir/ckpt-STEP/ (none gathers
-    the whole state), the master adds run.json (fields) and points the link out_dir/ckpt at the folder by
-    one atomic rename. A kill at any moment leaves a whole checkpoint, the old or the new; then the rest go."""
-    if sharded:
-        folder = out_dir / f"ckpt-{fields['iter_num']}"  # left by a save cut short? DCP overwrites it
-        dcp.save(dict(zip(("model", "optimizer"), get_state_dict(model, optimizer))), checkpoint_id=folder)
-        if master:  # every process's shards and DCP's .metadata, written last, are in the folder
-            (folder / "run.json").write_text(json.dumps(fields))
-            (out_dir / "ckpt.tmp").unlink(missing_ok=True)
-            (out_dir / "ckpt.tmp").symlink_to(folder.name)  # relative: out_dir can move
-            os.replace(out_dir / "ckpt.tmp", out_dir / "ckpt")
-            remove_checkpoints(out_dir, keep={"ckpt", folder.name})
-    elif master:
-        tmp, optimizer_state = out_dir / "ckpt.pt.tmp", get_optimizer_state_dict(model, optimizer)
-        with open(tmp, "wb") as f:
-            torch.save(dict(model=model.state_dict(), optimizer=optimizer_state, **fields), f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out_dir / "ckpt.pt")
-        remove_checkpoints(out_dir, keep={"ckpt.pt"})
-
-
-def remove_checkpoints(out_dir, keep):
-    """Delete out_dir's checkpoints not named in keep: ckpt.pt, the link ckpt, then the folders ckpt-STEP (a
-    link never points at a half-deleted folder). Until then a reader takes the newer (find_checkpoint)."""
-    for path in [out_dir / "ckpt.pt", out_dir / "ckpt", *sorted(out_dir.glob("ckpt-*"))]:
-        if path.name not in keep and (path.is_symlink() or path.exists()):
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-
-
-def load_checkpoint(out_dir):
-    """out_dir's checkpoint: ckpt.pt's dict, or a sharded checkpoint's run.json with its folder under 'sharded'."""
-    path = configurator.find_checkpoint(out_dir)
-    if path is None:
-        sys.exit(f"error: init_from='resume' but {out_dir} holds no checkpoint (ckpt.pt or ckpt/): set out_dir, "
-                 "or train from scratch first")
-    try:  # mmap: the processes of a node share one copy in the page cache
-        if path.is_dir():
-            return json.loads((path / "run.json").read_text()) | {"sharded": str(path.resolve())}
-        return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except Exception as e:
-        sys.exit(f"error: cannot load {path} ({type(e).__name__}): delete it and train with init_from='scratch'")
-
-
-def trim_log(path, step):
-    """Keep the events up to step, the checkpoint's (none from scratch), and no old 'end': no step twice.
-    Rewritten atomically: a kill -9 midway leaves the old log whole."""
-    keep = [e for e in configurator.read_events(path) if e["event"] != "end" and e["iter"] <= step]
-    prepare_data._atomic_write(path, "".join(json.dumps(e) + "\n" for e in keep).encode())
-
-
-def provenance():
-    """The code's git revision and the library versions, for config.json."""
-    try:
-        git = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True).stdout.strip()
-    except OSError:  # no git
-        git = ""
-    return dict(git=git or None, python=sys.version.split()[0], torch=torch.__version__, numpy=np.__version__,
-                cuda=torch.version.cuda)
-
-
 # -------------------------------------------------------------------------------------------- main
 
 def build_model(cfg, meta, ckpt, device, dtype, world):
@@ -335,7 +260,7 @@ def build_model(cfg, meta, ckpt, device, dtype, world):
     betas, device_type = (cfg.beta1, cfg.beta2), device.split(":")[0]
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, betas, device_type)
     if ckpt:
-        restore(model, optimizer, ckpt, cfg.out_dir)
+        checkpoint.restore(model, optimizer, ckpt, cfg.out_dir)
     return model, train_model, eval_model, optimizer, dataclasses.asdict(config)
 
 
@@ -364,33 +289,12 @@ def parallelize(model, cfg, device, dtype, world):
     return model, model
 
 
-def restore(model, optimizer, ckpt, out_dir):
-    """Load a checkpoint, whole or sharded, into the model and AdamW, whole or sharded: each process takes its
-    own part of ckpt.pt's tensors (mapped, not read), or DCP reads the parts it needs of a sharded one, saved
-    by any number of processes. The moments of then, the hyperparameters of now (not the saved weight decay,
-    betas, fused flag)."""
-    now = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
-    state = ckpt
-    try:
-        if "sharded" in ckpt:  # this layout's state dicts, filled in place
-            state = dict(zip(("model", "optimizer"), get_state_dict(model, optimizer)))
-            dcp.load(state, checkpoint_id=ckpt["sharded"], no_dist=not dist.is_initialized())
-        weights = {re.sub(r"^(_orig_mod\.|module\.)+", "", k): v for k, v in state["model"].items()}  # compiled, DDP
-        set_state_dict(model, optimizer, model_state_dict=weights, optim_state_dict=state["optimizer"],
-                       options=StateDictOptions(full_state_dict="sharded" not in ckpt))
-    except (Exception, dcp.CheckpointException) as e:  # a RuntimeError, KeyError, DCP's BaseException, ...
-        sys.exit(f"error: the checkpoint in {out_dir} does not fit these settings ({configurator.first_line(e)}):"
-                 " resume with the model settings it was trained with")
-    for group, hyperparameters in zip(optimizer.param_groups, now):
-        group.update(hyperparameters)
-
-
 def open_log(cfg, resumed_at):
     """Write config.json, trim log.jsonl to the checkpoint's step, and open it; and wandb when asked for."""
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    prepare_data._write_json(out_dir / "config.json", dict(config=vars(cfg), **provenance()))  # atomically
-    trim_log(out_dir / "log.jsonl", -1 if resumed_at is None else resumed_at)
+    prepare_data._write_json(out_dir / "config.json", dict(config=vars(cfg), **checkpoint.provenance()))  # atomically
+    checkpoint.trim_log(out_dir / "log.jsonl", -1 if resumed_at is None else resumed_at)
     wandb = None
     if cfg.wandb_log:
         try:
@@ -434,7 +338,7 @@ def main(argv):
     def save():
         t0, fields = time.time(), dict(model_args=model_args, iter_num=step, evaluated=evaluated == step,
                                        best_val_loss=best_val, config=vars(cfg), meta=meta)
-        save_checkpoint(Path(cfg.out_dir), raw_model, optimizer, fields, cfg.parallel == "fsdp", master)
+        checkpoint.save_checkpoint(Path(cfg.out_dir), raw_model, optimizer, fields, cfg.parallel == "fsdp", master)
         say(f"checkpoint of step {step} saved in {time.time() - t0:.1f} s", flush=True)
         return step
 
@@ -509,7 +413,7 @@ def main(argv):
         if world > 1:  # leave together: a process gone while the master still writes can abort the others
             dist.barrier()
         if status == "diverged":
-            good = configurator.find_checkpoint(cfg.out_dir)
+            good = checkpoint.find_checkpoint(cfg.out_dir)
             good = "none was saved" if last_saved is None else f"{good} (step {last_saved})"
             say(f"error: loss {loss}, gradient norm {grad_norm} at step {step + 1}; the last good checkpoint: {good};"
                 " resume from it with a lower learning_rate", file=sys.stderr)

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
+import checkpoint
 import configurator
 import sample
 import train
@@ -58,7 +59,7 @@ train.main(sys.argv[1:])
 
 
 def trained(out_dir):
-    return [e for e in configurator.read_events(out_dir / "log.jsonl") if e["event"] == "train"]
+    return [e for e in checkpoint.read_events(out_dir / "log.jsonl") if e["event"] == "train"]
 
 
 def losses(out_dir):
@@ -127,7 +128,7 @@ def test_a_sharded_checkpoint_resumes_on_one_process(two_processes, data_dir, tm
         train.main([f"--data_dir={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=10",
                     f"--parallel={parallel}"])
         assert_close(losses(out), whole)
-        assert configurator.find_checkpoint(out).name == ("ckpt.pt" if parallel == "ddp" else "ckpt")
+        assert checkpoint.find_checkpoint(out).name == ("ckpt.pt" if parallel == "ddp" else "ckpt")
 
 
 def test_sample_reads_a_sharded_checkpoint(two_processes):
@@ -198,15 +199,15 @@ def test_a_kill_during_a_save_leaves_a_whole_checkpoint(data_dir, tmp_path, monk
         replace = os.replace
         monkeypatch.setattr(os, "replace", lambda src, dst: die() if dst == tmp_path / "ckpt" else replace(src, dst))
     else:
-        monkeypatch.setattr(train, "remove_checkpoints", die)
+        monkeypatch.setattr(checkpoint, "remove_checkpoints", die)
     with pytest.raises((Killed, dcp.CheckpointException)):
         fsdp_run(data_dir, tmp_path, "--max_iters=2", "--init_from=resume", f"--parallel={second}")
     monkeypatch.undo()
-    assert train.load_checkpoint(tmp_path)["iter_num"] == survivor
+    assert checkpoint.load_checkpoint(tmp_path)["iter_num"] == survivor
     model, _ = sample.load_checkpoint(str(tmp_path), "cpu")  # every tensor there
     fsdp_run(data_dir, tmp_path, "--max_iters=3", "--init_from=resume")
     assert [i for i, _ in losses(tmp_path)] == [1, 2, 3]
-    assert train.load_checkpoint(tmp_path)["iter_num"] == 3
+    assert checkpoint.load_checkpoint(tmp_path)["iter_num"] == 3
 
 
 def test_kill_9_in_the_middle_of_a_sharded_save(data_dir, tmp_path):
@@ -221,7 +222,7 @@ def test_kill_9_in_the_middle_of_a_sharded_save(data_dir, tmp_path):
         assert proc.poll() is None and time.time() < deadline
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert (tmp_path / "ckpt-2").is_dir() and train.load_checkpoint(tmp_path)["iter_num"] == 1
+    assert (tmp_path / "ckpt-2").is_dir() and checkpoint.load_checkpoint(tmp_path)["iter_num"] == 1
     sample.load_checkpoint(str(tmp_path), "cpu")
 
 

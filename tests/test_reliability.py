@@ -12,7 +12,7 @@ import torch
 import torch._dynamo  # noqa: F401 (AdamW imports it at first use, seconds: once here, not in every forked child)
 
 import ablate
-import configurator
+import checkpoint
 import train
 from test_train import TINY, events, losses, run
 
@@ -41,19 +41,19 @@ def wait_for(condition, proc, timeout=120):
 
 def logged(out_dir, kind):
     """The events of kind, read while the run may be writing (a line cut short is skipped)."""
-    return [e for e in configurator.read_events(out_dir / "log.jsonl") if e["event"] == kind]
+    return [e for e in checkpoint.read_events(out_dir / "log.jsonl") if e["event"] == kind]
 
 
 def slow_save(monkeypatch, tmp_path, seconds):
     """Make saving a checkpoint touch tmp_path/saving, then take seconds: signals sent then land mid-save."""
-    save = train.save_checkpoint
+    save = checkpoint.save_checkpoint
 
     def slow(*args):
         (tmp_path / "saving").touch()
         time.sleep(seconds)
         save(*args)
 
-    monkeypatch.setattr(train, "save_checkpoint", slow)
+    monkeypatch.setattr(checkpoint, "save_checkpoint", slow)
 
 
 # ------------------------------------------------------------------------------------ signals
