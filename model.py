@@ -405,9 +405,8 @@ class GPT(nn.Module):
 
     def estimate_mfu(self, fwdbwd_per_iter, dt, peak_flops):
         """Model FLOPs utilization: achieved FLOP/s over peak_flops (PaLM, App. B)."""
-        N = self.get_num_params()
-        L, H, Q, T = self.config.n_layer, self.config.n_head, self.config.n_embd // self.config.n_head, self.config.block_size
-        flops_per_token = 6 * N + 12 * L * H * Q * T  # 6 per parameter, plus attention scores
+        L, d, T = self.config.n_layer, self.config.n_embd, self.config.block_size
+        flops_per_token = 6 * self.get_num_params() + 12 * L * d * T  # 6 per parameter, plus attention scores
         return flops_per_token * T * fwdbwd_per_iter / dt / peak_flops
 
     def enable_kv_cache(self, enabled):
@@ -418,15 +417,11 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None, use_cache=True,
                  on_token=None):
-        """Continue idx (B, T) by max_new_tokens tokens; temperature 0 is greedy. on_token, if given, is
-        called with each new token (B, 1) as soon as it is sampled (sample.py --stream prints it).
-
-        Without the cache every token recomputes its last block_size tokens (nanoGPT's semantics).
-        With it, the window is prefilled once and each new token costs one position. When the cache
-        is full, its newest (block_size + 1) // 2 tokens are prefilled again at positions 0..: past
-        block_size the model then sees between half a window and a full window of context instead of
-        always a full one, the price of reusing keys and values computed at fixed positions.
-        """
+        """Continue idx (B, T) by max_new_tokens tokens; temperature 0 is greedy; on_token, if given, gets each
+        new token (B, 1) as soon as it is sampled. Without the cache every token recomputes its last block_size
+        tokens (nanoGPT). With it a new token costs one position, and a full cache is prefilled again with its
+        newest (block_size + 1) // 2 tokens at positions 0..: keys and values belong to fixed positions, so past
+        block_size the model sees between half a window and a full window of context."""
         block_size = self.config.block_size
         window = None  # index in idx of the token cached at position 0; None: nothing cached yet
         self.enable_kv_cache(use_cache)

@@ -257,8 +257,8 @@ def build_model(cfg, meta, ckpt, device, dtype, world):
         config = model.config
         vars(cfg).update({k: v for k, v in dataclasses.asdict(config).items() if k in vars(cfg)})
     train_model, eval_model = parallelize(model, cfg, device, dtype, world)
-    betas, device_type = (cfg.beta1, cfg.beta2), device.split(":")[0]
-    optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, betas, device_type)
+    optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
+                                           device.split(":")[0])
     if ckpt:
         checkpoint.restore(model, optimizer, ckpt, cfg.out_dir)
     return model, train_model, eval_model, optimizer, dataclasses.asdict(config)
@@ -308,10 +308,9 @@ def open_log(cfg, resumed_at):
 def main(argv):
     cfg, ckpt = configure(argv)
     rank, world, device = configurator.setup_distributed(cfg.device, cfg.backend, group=cfg.parallel == "fsdp")
-    master, accum, device_type = rank == 0, accumulation_steps(cfg, world), device.split(":")[0]
-    dtype = configurator.pick_dtype(cfg.dtype, device)
+    master, accum, dtype = rank == 0, accumulation_steps(cfg, world), configurator.pick_dtype(cfg.dtype, device)
     ctx = configurator.autocast(device, dtype)
-    if device_type == "cuda":
+    if device.startswith("cuda"):
         torch.set_float32_matmul_precision("high")  # TF32 matmuls
     meta, data = load_dataset(cfg, master)
     raw_model, train_model, model, optimizer, model_args = build_model(cfg, meta, ckpt, device, dtype, world)
