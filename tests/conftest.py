@@ -26,7 +26,8 @@ def gpt2_available():
         return False
 
 
-needs_gpt2 = pytest.mark.skipif(not gpt2_available(), reason="GPT-2 BPE files not cached offline")
+needs_gpt2 = pytest.mark.skipif(not gpt2_available(), reason="GPT-2 BPE files are not in the offline cache: "
+                                "put tiktoken's cache in ../shared/tiktoken_cache or set TIKTOKEN_CACHE_DIR")
 
 
 @pytest.fixture(scope="session")
