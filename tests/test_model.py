@@ -1,5 +1,6 @@
 """model.py against ../shared/NORM_MODES.md: one test per property, named after it (§2–§9). The properties
 that do not belong to GPT-2's block run on both block families (§11); tests/test_llama.py has llama's own."""
+import dataclasses
 import math
 
 import pytest
@@ -67,15 +68,23 @@ def rope_rows(model, T, pos=0):
     return None if model.rope is None else model.rope[pos:pos + T]
 
 
+def randomize(model, seed=0):
+    """Weights N(0, 0.3), gains U(0.5, 2) and biases N(0, 0.5): far from the init, where branches are
+    near zero and gains one, so an equation that holds only at init (α on the branch instead of x,
+    sandwich's inner and outer norms swapped) no longer holds."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+            elif name.endswith("bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            else:
+                p.copy_(torch.rand(p.shape, generator=g) * 1.5 + 0.5)
+    return model
+
+
 # ---------------------------------------------------------------- §2 pre
-
-def test_pre_P1_block_output_is_input_plus_branch_outputs():
-    model = build("pre")
-    block = model.transformer.h[1]
-    x = torch.randn(2, 8, 64)
-    h = x + block.attn(block.ln_1(x))
-    assert torch.equal(block(x), h + block.mlp(block.ln_2(h)))
-
 
 def test_pre_P3_param_count_matches_nanogpt_formula():
     assert count_params("pre", bias=False) == 124_373_760
@@ -390,11 +399,7 @@ def test_simplenorm_S3_plain_residual_sums_and_no_block_norms(arch):
     for block in model.transformer.h:
         assert isinstance(block.ln_1, torch.nn.Identity) and isinstance(block.ln_2, torch.nn.Identity)
     assert not any(".ln_1" in n or ".ln_2" in n for n, _ in model.named_parameters())
-    block, rope = model.transformer.h[1], rope_rows(model, 8)
-    x = torch.randn(2, 8, 64)
-    with torch.no_grad():
-        h = x + block.attn(x, 0, rope)
-        assert torch.equal(block(x, 0, rope), h + block.mlp(h))
+    # the sums x + f(x) themselves: test_every_block_is_its_modes_equation_on_random_weights
 
 
 def test_simplenorm_S4_qk_norm_spans_all_heads():
@@ -425,11 +430,6 @@ def test_qk_norm_adds_rmsnorm_on_q_and_k_to_any_mode():
 
 # ---------------------------------------------------------------- §8 App. B: pre-norm is GeoNorm with a fixed angle
 
-def fixed_angle(j):
-    """θ_j of App. B for the j-th residual update (j ≥ 1): cos θ_j = √(j/(j+1))."""
-    return math.acos(math.sqrt(j / (j + 1)))
-
-
 def test_B1_pre_norm_equals_fixed_angle_recursion_in_float64():
     torch.manual_seed(0)
     model = GPT(tiny("pre", n_layer=6, norm_eps=0.0)).double().eval()
@@ -440,19 +440,25 @@ def test_B1_pre_norm_equals_fixed_angle_recursion_in_float64():
         x_bar, j = model.embed(idx), 0
         for block in model.transformer.h:
             for phi, norm in ((block.attn, block.ln_1), (block.mlp, block.ln_2)):
-                j += 1
-                theta = fixed_angle(j)
-                x_bar = math.cos(theta) * x_bar + math.sin(theta) * phi(norm(x_bar))
+                j += 1  # x̄_j = √(j/(j+1))·x̄_{j−1} + (1/√(j+1))·φ_j(Norm(x̄_{j−1}))
+                x_bar = math.sqrt(j / (j + 1)) * x_bar + phi(norm(x_bar)) / math.sqrt(j + 1)
         alt_logits = model.lm_head(model.transformer.ln_f(x_bar[:, [-1]]))
     assert (logits - alt_logits).abs().max() < 1e-9
     assert torch.allclose(x_bar, x_L / math.sqrt(j + 1), atol=1e-12)
 
 
-def test_B2_fixed_angles():
-    for j in range(1, 50):
-        assert math.cos(fixed_angle(j)) ** 2 + math.sin(fixed_angle(j)) ** 2 == pytest.approx(1.0)
-        assert fixed_angle(j) == pytest.approx(math.atan(1 / math.sqrt(j)))
-    assert [round(math.degrees(fixed_angle(j)), 2) for j in (1, 2, 3, 4)] == [45.0, 35.26, 30.0, 26.57]
+@pytest.mark.parametrize("j, degrees", [(1, 45.0), (2, 35.26), (3, 30.0), (4, 26.57)])
+def test_B2_the_fixed_angle_update_is_a_geodesic_step_by_arctan_one_over_sqrt_j(j, degrees):
+    """B1's update √(j/(j+1))·x̄ + (1/√(j+1))·φ is cos θ_j·x̄ + sin θ_j·φ with θ_j = arctan(1/√j): for a
+    φ tangent to x̄ with ‖φ‖ = ‖x̄‖ it is model.geodesic_step with a = θ_j (then ‖v‖/r = 1, so θ = a)."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 64, dtype=torch.float64) * 3
+    phi = tangent(x, torch.randn(8, 64, dtype=torch.float64))
+    phi = phi * x.norm(dim=-1, keepdim=True) / phi.norm(dim=-1, keepdim=True)
+    theta = math.atan(1 / math.sqrt(j))
+    assert math.degrees(theta) == pytest.approx(degrees, abs=5e-3)
+    pre_norm_update = math.sqrt(j / (j + 1)) * x + phi / math.sqrt(j + 1)
+    assert torch.allclose(geodesic_step(x, phi, theta), pre_norm_update, atol=1e-12)
 
 
 # ---------------------------------------------------------------- parameter counts of every mode (§9)
@@ -568,10 +574,12 @@ def test_same_seed_same_logits(mode, arch):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode", NORM_MODES)
 def test_each_mode_learns_a_fixed_batch(mode, arch):
+    """40 AdamW steps at lr 3e-3 halve the loss. Checked at seeds 0..9 (model and batch): every mode ends
+    below 0.26x its first loss on gpt2 (sandwich slowest, the others below 0.05x), below 0.02x on llama.
+    At lr 1e-2 gpt2's sandwich oscillates and ends at up to 0.42x: the bound depended on the seed."""
     model = build(mode, n_layer=2, arch=arch).train()
     idx, targets = batch(model.config, B=4)
-    lr = 3e-3 if mode == "simplenorm" else 1e-2
-    optimizer = model.configure_optimizers(0.0, lr, (0.9, 0.95), "cpu")
+    optimizer = model.configure_optimizers(0.0, 3e-3, (0.9, 0.95), "cpu")
     losses = []
     for _ in range(40):
         _, loss = model(idx, targets)
@@ -580,6 +588,74 @@ def test_each_mode_learns_a_fixed_batch(mode, arch):
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0], losses[::10]
+
+
+def reference_join(mode, x, f, norm, out_norm, alpha, a_k):
+    """One sub-layer's update of the residual stream x, as NORM_MODES.md's table writes each mode:
+    f the sub-layer, norm its input norm (post, deep: the norm after the add), out_norm sandwich's."""
+    return {"pre": lambda: x + f(norm(x)),
+            "post": lambda: norm(x + f(x)),
+            "deep": lambda: norm(alpha * x + f(x)),
+            "sandwich": lambda: x + out_norm(f(norm(x))),
+            "geonorm": lambda: geodesic_step(x, f(norm(x)), a_k),
+            "simplenorm": lambda: x + f(x)}[mode]()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_every_block_is_its_modes_equation_on_random_weights(mode, arch):
+    model = randomize(build(mode, arch=arch, bias=mode != "simplenorm" and arch == "gpt2"))
+    alpha, rope = M.deepnorm_constants(model.config.n_layer)[0], rope_rows(model, 8)
+    x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(2)) * 3
+    with torch.no_grad():
+        for k, block in enumerate(model.transformer.h, 1):
+            a_k, attn = M.geo_step_size(model.config, k), lambda h: block.attn(h, 0, rope)
+            h = reference_join(mode, x, attn, block.ln_1, block.ln_1_out, alpha, a_k)
+            y = reference_join(mode, h, block.mlp, block.ln_2, block.ln_2_out, alpha, a_k)
+            torch.testing.assert_close(block(x, 0, rope), y)
+            x = y
+
+
+# A value other than the default for every GPTConfig field, and the settings it acts under (tiny's otherwise).
+CHANGED = dict(block_size=(16, {}), vocab_size=(67, {}), n_layer=(2, {}), n_head=(2, {}), n_embd=(32, {}),
+               dropout=(0.5, {}), bias=(True, {}), arch=("llama", {}), tie_embeddings=(False, {}),
+               n_kv_head=(2, {}), rope_theta=(100.0, dict(arch="llama")), multiple_of=(32, dict(arch="llama")),
+               ffn_dim_multiplier=(2.0, dict(arch="llama")), norm_mode=("post", {}), norm_eps=(0.1, {}),
+               qk_norm=(True, {}), geo_alpha=(2.0, dict(norm_mode="geonorm")),
+               geo_decay=("none", dict(norm_mode="geonorm")), geo_input_norm=(False, dict(norm_mode="geonorm")),
+               geo_radius=("embed", dict(norm_mode="geonorm")), geo_max_angle=(0.01, dict(norm_mode="geonorm")),
+               sandwich_depth_scaled=(True, dict(norm_mode="sandwich")))
+
+
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(GPTConfig)])
+def test_every_config_field_changes_the_model(field):
+    """Setting any field changes the parameters or the logits: a flag that the model ignores fails.
+    In training mode, the same dropout seed on both sides, so that dropout counts too."""
+    assert field in CHANGED, f"give the new GPTConfig field {field} a non-default value in CHANGED"
+    value, settings = CHANGED[field]
+    idx = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(1))
+
+    def params_and_logits(**overrides):
+        model = build("pre", **{**settings, **overrides}).train()
+        torch.manual_seed(0)
+        return {n: p.shape for n, p in model.named_parameters()}, model(idx)[0]
+
+    (params, logits), (changed_params, changed_logits) = params_and_logits(), params_and_logits(**{field: value})
+    assert params != changed_params or not torch.allclose(logits, changed_logits, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", [m for m in NORM_MODES if m != "deep"])  # deep: DeepNet's init, §4 P2
+def test_gpt2_init_std_of_every_parameter(mode):
+    """§1: matrices and embeddings N(0, 0.02), the residual projections c_proj N(0, 0.02/√(2L)), norm
+    gains one, biases zero; each parameter checked on its own (4 layers: 0.02/√8 = 0.0071)."""
+    model = build(mode, n_layer=4, n_embd=128, block_size=64, vocab_size=256, bias=mode != "simplenorm")
+    for name, p in model.named_parameters():
+        if p.dim() >= 2:
+            std = 0.02 / math.sqrt(2 * 4) if name.endswith("c_proj.weight") else 0.02
+            assert abs(p.std().item() / std - 1) < 0.05, name
+            assert abs(p.mean().item()) < 5 * std / math.sqrt(p.numel()), name
+        else:
+            assert torch.equal(p, torch.zeros_like(p) if name.endswith("bias") else torch.ones_like(p)), name
 
 
 # ---------------------------------------------------------------- optimizer, MFU
@@ -593,12 +669,15 @@ def test_configure_optimizers_decays_only_matrices():
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
 
 
-def test_estimate_mfu_uses_the_given_peak():
-    model = build("pre")
-    c, N = model.config, model.get_num_params()
-    flops = (6 * N + 12 * c.n_layer * c.n_head * (c.n_embd // c.n_head) * c.block_size) * c.block_size * 4
-    assert model.estimate_mfu(4, 0.5, 1e12) == pytest.approx(flops / 0.5 / 1e12)
-    assert model.estimate_mfu(4, 0.5, 2e12) == pytest.approx(model.estimate_mfu(4, 0.5, 1e12) / 2)
+def test_estimate_mfu_of_a_hand_counted_model():
+    """PaLM App. B, 6·N + 12·L·H·Q·T FLOPs per token, counted by hand: 2 layers, 2 heads, 8 wide, block 4."""
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=8, block_size=4, vocab_size=16))
+    # N without the position table: the tied embedding 16·8 = 128; per block the gains 8 + 8, c_attn 8·24,
+    # c_proj 8·8, c_fc 8·32 and c_proj 32·8, 784; ln_f 8. N = 128 + 2·784 + 8 = 1704.
+    # Per token 6·1704 + 12·2·2·4·4 = 10,224 + 768 = 10,992 FLOPs; 3 sequences of 4 tokens: 131,904 per
+    # iteration; in 0.5 s on a 1 MFLOP/s device that is 0.263808 of the peak.
+    assert model.estimate_mfu(3, 0.5, 1e6) == pytest.approx(0.263808)
+    assert model.estimate_mfu(3, 0.5, 2e6) == pytest.approx(0.263808 / 2)
 
 
 # ---------------------------------------------------------------- invalid configurations
@@ -635,8 +714,10 @@ def test_config_changed_after_creation_is_checked_by_gpt():
         GPT(config)
 
 
-def test_without_targets_only_the_last_position_is_computed():
-    model = build("geonorm")
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_without_targets_only_the_last_position_is_computed(mode, arch):
+    model = build(mode, arch=arch)
     idx, targets = batch(model.config)
     with torch.no_grad():
         last, no_loss = model(idx)
