@@ -1,5 +1,6 @@
 """train.py's promises, one test each: tiny models on a tiny character corpus, CPU, offline."""
 import ast
+import contextlib
 import dataclasses
 import json
 import math
@@ -13,11 +14,15 @@ import types
 
 import pytest
 import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 import configurator
 import prepare_data
 import train
-from model import GPT, GPTConfig
+from model import ARCHS, GPT, GPTConfig, NORM_MODES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
@@ -37,6 +42,10 @@ def events(out_dir, kind=None):
 
 def losses(out_dir):
     return [(e["iter"], e["train_loss"]) for e in events(out_dir, "train")]
+
+
+def eval_losses(out_dir):
+    return [loss for e in events(out_dir, "eval") for loss in (e["train_loss"], e["val_loss"])]
 
 
 def command(*args):
@@ -66,9 +75,10 @@ def test_a_tiny_run_learns_and_writes_a_valid_log_and_checkpoint(data_dir, tmp_p
     assert saved["config"]["max_iters"] == 30 and saved["torch"] == torch.__version__ and "git" in saved
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama"])
-def test_resume_repeats_an_uninterrupted_run_bit_for_bit(data_dir, tmp_path, arch):
-    args = ["--dropout=0.1", "--lr_decay_iters=12", f"--arch={arch}"]  # dropout: its masks must resume exactly too
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_resume_repeats_an_uninterrupted_run_bit_for_bit(data_dir, tmp_path, mode, arch):
+    args = [f"--norm_mode={mode}", f"--arch={arch}", "--dropout=0.1", "--lr_decay_iters=12"]  # dropout: its masks too
     run(data_dir, tmp_path / "whole", "--max_iters=12", *args)
     run(data_dir, tmp_path / "parts", "--max_iters=7", *args)
     run(data_dir, tmp_path / "parts", "--max_iters=12", "--init_from=resume")  # the rest from the checkpoint
@@ -82,27 +92,68 @@ def test_resume_repeats_an_uninterrupted_run_bit_for_bit(data_dir, tmp_path, arc
         assert torch.equal(tensor, parts["model"][name]), name
 
 
+def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(data_dir, tmp_path):
+    """At learning rate 0 the weights never change: every evaluation, before and after a resume, is equal."""
+    frozen = ["--eval_interval=4", "--learning_rate=0", "--min_lr=0"]
+    run(data_dir, tmp_path, "--max_iters=8", *frozen)
+    run(data_dir, tmp_path, "--max_iters=12", "--init_from=resume", *frozen)
+    evals = events(tmp_path, "eval")
+    assert [e["iter"] for e in evals] == [0, 4, 8, 12]
+    assert len({(e["train_loss"], e["val_loss"]) for e in evals}) == 1
+    assert len({loss for _, loss in losses(tmp_path)}) > 1  # while every training step draws its own batches
+
+
 def test_max_iters_runs_exactly_that_many_optimizer_steps(data_dir, tmp_path):
     run(data_dir, tmp_path, "--max_iters=7")
     assert [i for i, _ in losses(tmp_path)] == list(range(1, 8))
+    # step s runs at get_lr(s): warmup_iters=2 gives lr/3, 2·lr/3, then lr at step 2
+    assert [e["lr"] for e in events(tmp_path, "train")][:3] == pytest.approx([1e-3, 2e-3, 3e-3])
     ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert ckpt["iter_num"] == 7
     assert all(state["step"] == 7 for state in ckpt["optimizer"]["state"].values())
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama"])
-def test_two_torchrun_processes_match_one_process_with_accumulation(data_dir, tmp_path, arch):
-    args = [f"--data_dir={data_dir}", *TINY, "--max_iters=6", "--gradient_accumulation_steps=2", "--dropout=0.1",
-            f"--arch={arch}"]
+@pytest.mark.parametrize("mode, arch", [(mode, "gpt2") for mode in NORM_MODES] + [("pre", "llama")])
+def test_two_torchrun_processes_match_one_process_with_accumulation(data_dir, tmp_path, mode, arch):
+    """2 processes x 2 micro-batches train as 1 process x 4, and evaluate alike: 3 batches split 2 + 1.
+    Every mode on gpt2 and llama's pre: a torchrun launch takes seconds, the other pairs run in the
+    one-process DDP test below."""
+    args = [f"--data_dir={data_dir}", *TINY, f"--norm_mode={mode}", f"--arch={arch}", "--max_iters=4",
+            "--eval_interval=2", "--eval_iters=3", "--gradient_accumulation_steps=4", "--dropout=0.1"]
     ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                           os.path.join(ROOT, "train.py"), *args, f"--out_dir={tmp_path / 'ddp'}"],
                          capture_output=True, text=True, timeout=300)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
-    assert "= 2 processes x 1 micro-batches x 4 x 32" in ddp.stdout  # two processes, one micro-batch each
+    assert "= 2 processes x 2 micro-batches x 4 x 32" in ddp.stdout
     train.main([*args, f"--out_dir={tmp_path / 'one'}"])
-    (one, two) = losses(tmp_path / "one"), losses(tmp_path / "ddp")
-    assert [i for i, _ in two] == [i for i, _ in one] == list(range(1, 7))
-    assert max(abs(a - b) for (_, a), (_, b) in zip(one, two)) < 1e-5
+    one, two = tmp_path / "one", tmp_path / "ddp"
+    assert [i for i, _ in losses(two)] == [i for i, _ in losses(one)] == list(range(1, 5))
+    assert [loss for _, loss in losses(two)] == pytest.approx([loss for _, loss in losses(one)], abs=1e-5)
+    assert [e["iter"] for e in events(two, "eval")] == [e["iter"] for e in events(one, "eval")] == [0, 2, 4]
+    assert eval_losses(two) == pytest.approx(eval_losses(one), abs=1e-5)
+
+
+def test_ddp_syncs_the_gradients_once_after_the_last_micro_batch(data_dir, tmp_path):
+    """A DDP comm hook, counting the forwards before each all-reduce: one step of 3 micro-batches
+    (one process, gloo) all-reduces only after the third backward pass."""
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        cfg, _ = train.configure([f"--data_dir={data_dir}", *TINY])
+        meta, data = train.load_dataset(cfg, master=True)
+        model = train.build_model(cfg, meta, None, "cpu")[0]
+        forwards, synced = [], []
+        model.register_forward_pre_hook(lambda module, args: forwards.append(1))
+
+        def counting_allreduce(state, bucket):
+            synced.append(len(forwards))
+            return default_hooks.allreduce_hook(None, bucket)
+
+        ddp = DDP(model)
+        ddp.register_comm_hook(None, counting_allreduce)
+        train.train_step(ddp, data, cfg, contextlib.nullcontext(), "cpu", step=0, rank=0, accum=3)
+        assert len(forwards) == 3 and synced and set(synced) == {3}
+    finally:
+        dist.destroy_process_group()
 
 
 def test_unknown_settings_and_wrong_types_fail_with_their_messages(data_dir, tmp_path):
@@ -143,13 +194,20 @@ def test_a_missing_dataset_names_the_command_that_prepares_it(tmp_path):
     assert f"python prepare_data.py shakespeare_char --out {tmp_path / 'shakespeare_char'}" in str(error.value.code)
 
 
-def test_a_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(data_dir, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("poison", ["loss", "gradient"])
+def test_a_nonfinite_loss_or_gradient_stops_the_run_and_keeps_the_last_good_checkpoint(data_dir, tmp_path, poison,
+                                                                                       monkeypatch, capsys):
     forward, calls = GPT.forward, []
 
-    def poisoned(self, idx, targets=None, pos=0):  # the 8th training step's loss is NaN
-        logits, loss = forward(self, idx, targets, pos)
+    def poisoned(self, idx, targets=None, pos=0):  # from the 8th training step: a NaN loss, or NaN gradients
+        logits, loss = forward(self, idx, targets, pos)  # under a finite loss
         calls.extend([1] if self.training else [])
-        return logits, loss * math.nan if len(calls) >= 8 and self.training else loss
+        if len(calls) >= 8 and self.training:
+            if poison == "loss":
+                loss = loss * math.nan
+            else:
+                logits.register_hook(lambda grad: grad * math.nan)
+        return logits, loss
 
     monkeypatch.setattr(GPT, "forward", poisoned)
     with pytest.raises(SystemExit) as error:
@@ -161,7 +219,8 @@ def test_a_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(data_
     assert events(tmp_path)[-1] == dict(events(tmp_path)[-1], event="end", status="diverged", iter=7)
 
 
-def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path):
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_sigterm_and_sigint_save_a_checkpoint_and_exit_cleanly(data_dir, tmp_path, name):
     with open(tmp_path / "stdout", "w") as stdout:  # a file: a full pipe would block the run
         proc = subprocess.Popen(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--max_iters=100000"),
                                 stdout=stdout, stderr=subprocess.STDOUT)
@@ -169,7 +228,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path):
         while not ((tmp_path / "log.jsonl").exists() and events(tmp_path, "train")):  # training has begun
             assert proc.poll() is None and time.time() < deadline, (tmp_path / "stdout").read_text()
             time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(getattr(signal, name))
         proc.wait(timeout=60)
     out = (tmp_path / "stdout").read_text()
     assert proc.returncode == 0, out
@@ -177,6 +236,49 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path):
     assert end["event"] == "end" and end["status"] == "interrupted" and end["iter"] >= 1
     assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["iter_num"] == end["iter"]
     assert "--init_from=resume" in out
+
+
+@pytest.mark.parametrize("always, saved_at", [(True, [5, 10, 15, 20]), (False, [5, 15, 20])])
+def test_without_always_save_checkpoint_only_a_better_val_loss_is_saved(data_dir, tmp_path, monkeypatch,
+                                                                         always, saved_at):
+    """Val losses 4, 3, 3.5, 2.5, 2.8 at steps 0, 5, .., 20: improved at 5 and 15; the end (20) is saved anyway."""
+    val_losses, save, saved = iter([4.0, 3.0, 3.5, 2.5, 2.8]), torch.save, []
+    monkeypatch.setattr(train, "evaluate", lambda *args, **kwargs: [5.0, next(val_losses)])
+    monkeypatch.setattr(torch, "save", lambda obj, f, **kw: saved.append(obj["iter_num"]) or save(obj, f, **kw))
+    run(data_dir, tmp_path, "--max_iters=20", f"--always_save_checkpoint={always}")
+    assert saved == saved_at
+    assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["best_val_loss"] == 2.5
+
+
+@contextlib.contextmanager
+def optimizer_gradients():
+    """Yields a list that gets, at every optimizer step, a copy of the gradients it steps with."""
+    steps = []
+    handle = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: steps.append(
+        [p.grad.clone() for group in optimizer.param_groups for p in group["params"]]))
+    try:
+        yield steps
+    finally:
+        handle.remove()
+
+
+def global_norm(grads):
+    return torch.stack([g.norm() for g in grads]).norm().item()
+
+
+def test_gradient_clipping_scales_the_gradient_the_optimizer_steps_with(data_dir, tmp_path):
+    """grad_clip=0 steps with the raw gradient, whose norm is logged; grad_clip=c with the raw gradient
+    scaled to norm c whenever its norm exceeds c (the same first step: same weights, same batch)."""
+    with optimizer_gradients() as raw:
+        run(data_dir, tmp_path / "raw", "--max_iters=3", "--grad_clip=0")
+    with optimizer_gradients() as clipped:
+        run(data_dir, tmp_path / "clipped", "--max_iters=3", "--grad_clip=0.05")
+    norms, clipped_norms = ([e["grad_norm"] for e in events(tmp_path / d, "train")] for d in ("raw", "clipped"))
+    assert [global_norm(g) for g in raw] == pytest.approx(norms, rel=1e-5)
+    assert [global_norm(g) for g in clipped] == pytest.approx([min(n, 0.05) for n in clipped_norms], rel=1e-5)
+    assert norms[0] == clipped_norms[0] > 0.05
+    for raw_grad, clipped_grad in zip(raw[0], clipped[0]):
+        torch.testing.assert_close(clipped_grad, raw_grad * 0.05 / norms[0])
 
 
 def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_loadable(data_dir, tmp_path, monkeypatch):
@@ -224,6 +326,15 @@ def test_rotation_angle_is_exact_for_small_and_large_angles():
     y = torch.stack([torch.cos(theta), torch.sin(theta), torch.zeros_like(theta)], -1) * 7.0
     for t, xi, yi in zip(theta, x, y):
         assert train.rotation_angle(xi.view(1, 1, 3), yi.view(1, 1, 3)) == pytest.approx(t.item(), rel=1e-3)
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+def test_warmup_runs_step_s_at_lr_times_s_plus_1_over_warmup_plus_1(schedule):
+    """nanoGPT's warmup: step 0 at lr/(W+1), not 0 (a wasted step), the last warmup step at lr·W/(W+1),
+    step W at lr."""
+    cfg = types.SimpleNamespace(learning_rate=1.0, min_lr=0.1, warmup_iters=4, max_iters=100, lr_decay_iters=None,
+                                lr_schedule=schedule, wsd_decay_frac=0.2)
+    assert [train.get_lr(step, cfg) for step in range(5)] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
 
 
 def test_lr_schedules_warm_up_then_decay_to_min_lr():
