@@ -125,6 +125,20 @@ def test_batch_rows_are_generated_independently():
         assert torch.equal(batched[row:row + 1], generate(model, idx[row:row + 1], 3 * BLOCK, True, temperature=0))
 
 
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_the_cache_runs_one_position_per_new_token(mode):
+    """Positions through each block per forward, counted by a hook: the 5-token prompt once, then 1 per
+    new token; when the window is full, a refill of the newest (BLOCK + 1) // 2 tokens, then 1s again."""
+    model, half = random_model(mode), (BLOCK + 1) // 2
+    positions = []
+    for block in model.transformer.h:
+        block.register_forward_pre_hook(lambda module, args: positions.append(args[0].size(1)))
+    generate(model, prompt(T=5), (BLOCK - 4) + 4 * (BLOCK - half + 1), use_cache=True, temperature=0)
+    per_forward = positions[::model.config.n_layer]
+    assert positions == [n for n in per_forward for _ in model.transformer.h]
+    assert per_forward == [5] + [1] * (BLOCK - 5) + ([half] + [1] * (BLOCK - half)) * 4
+
+
 # ---------------------------------------------------------------- past block_size
 
 @pytest.mark.parametrize("mode, T, block_size", [(m, 5, BLOCK) for m in NORM_MODES]
