@@ -1,8 +1,9 @@
-"""ablate.py's promises: a tiny two-mode ablation end to end, skip and resume, divergence as a result."""
+"""ablate.py's promises: a tiny ablation of every mode end to end, skip and resume, divergence as a result."""
 import colorsys
 import contextlib
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -13,6 +14,7 @@ import pytest
 
 import ablate
 from conftest import ROOT
+from model import NORM_MODES
 
 TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
         "--eval_iters=2", "--eval_interval=5", "--log_interval=5", "--warmup_iters=2", "--max_iters=10",
@@ -47,25 +49,25 @@ def mtimes(root):
 
 @pytest.fixture(scope="module")
 def ablation(data_dir, tmp_path_factory):
-    """pre and geonorm, one seed, ten steps: (the arguments, out_dir/ablate, what ablate.py printed)."""
+    """Every mode at lr 3e-3, one seed, ten steps: (the arguments, out_dir/ablate, what ablate.py printed)."""
     out = tmp_path_factory.mktemp("out")
-    args = [f"--data_dir={data_dir}", f"--out_dir={out}", *TINY, "--modes=pre,geonorm", "--jobs=2"]
+    args = [f"--data_dir={data_dir}", f"--out_dir={out}", *TINY, "--modes=all", "--lrs=3e-3", "--jobs=2"]
     return args, out / "ablate", ablate_main(*args)
 
 
-def test_a_two_mode_ablation_trains_each_run_and_tables_its_final_val_loss(ablation):
+def test_an_ablation_of_every_mode_trains_each_run_and_tables_its_final_val_loss(ablation):
     _, root, printed = ablation
     assert sorted(line.split(":")[0].split("] ")[1] for line in printed.splitlines() if line.startswith("[")) \
-        == ["geonorm_lr0.003_s1", "pre_lr0.003_s1"]
+        == sorted(f"{mode}_lr0.003_s1" for mode in NORM_MODES)
     rows = table_rows((root / "results.md").read_text())
-    assert [row["mode"] for row in rows] == ["pre", "geonorm"]
+    assert [row["mode"] for row in rows] == list(NORM_MODES)
     for row in rows:
         end = log_events(root / f"{row['mode']}_lr0.003_s1")[-1]
         assert end["event"] == "end" and end["status"] == "finished" and end["iter"] == 10
         assert row["final val loss"] == f"{end['final_val_loss']:.4f}"  # one seed: no ± std
         assert (row["lr"], row["seeds"], row["diverged"]) == ("0.003", "1", "no")
     groups = json.loads((root / "results.json").read_text())["groups"]
-    assert [(g["mode"], g["finished"], g["diverged"]) for g in groups] == [("pre", 1, 0), ("geonorm", 1, 0)]
+    assert [(g["mode"], g["finished"], g["diverged"]) for g in groups] == [(mode, 1, 0) for mode in NORM_MODES]
     assert groups[0]["final_val_loss"][0] == pytest.approx(float(rows[0]["final val loss"].split()[0]), abs=1e-4)
 
 
@@ -79,16 +81,17 @@ def test_every_plot_is_a_valid_png(ablation):
 
 def test_the_layer_stats_behind_the_per_layer_plots_are_logged(ablation):
     _, root, _ = ablation
-    stats = [e for e in log_events(root / "geonorm_lr0.003_s1") if e["event"] == "layer_stats"]
-    assert [s["iter"] for s in stats] == [0, 5, 10] and all(len(s["angle"]) == 2 for s in stats)
+    for mode in NORM_MODES:
+        stats = [e for e in log_events(root / f"{mode}_lr0.003_s1") if e["event"] == "layer_stats"]
+        assert [s["iter"] for s in stats] == [0, 5, 10] and all(len(s["angle"]) == 2 for s in stats), mode
 
 
 def test_a_rerun_skips_finished_runs_without_touching_them(ablation):
     args, root, _ = ablation
     before = mtimes(root)
     printed = ablate_main(*args)
-    assert mtimes(root) == before and len(before) == 4
-    assert sum(": skipped, val loss" in line for line in printed.splitlines()) == 2
+    assert mtimes(root) == before and len(before) == 2 * len(NORM_MODES)
+    assert sum(": skipped, val loss" in line for line in printed.splitlines()) == len(NORM_MODES)
 
 
 def test_a_run_with_a_checkpoint_but_no_end_resumes_from_it(ablation, tmp_path):
@@ -107,7 +110,7 @@ def test_a_run_with_a_checkpoint_but_no_end_resumes_from_it(ablation, tmp_path):
 def test_changed_settings_stop_before_reusing_a_finished_run(ablation):
     args, root, _ = ablation
     before = mtimes(root)
-    with pytest.raises(SystemExit, match=r"pre_lr0.003_s1 was trained with max_iters=10, not 20"):
+    with pytest.raises(SystemExit, match=r"_lr0.003_s1 was trained with max_iters=10, not 20: delete it"):
         ablate_main(*args, "--max_iters=20")
     assert mtimes(root) == before
 
@@ -122,6 +125,20 @@ def test_a_diverged_run_is_a_result_not_a_crash(data_dir, tmp_path):
     assert group["diverged"] == 1 and group["runs"][0]["status"] == "diverged"
     for name in ("val_loss.png", "lr.png"):
         assert (tmp_path / "ablate" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_whose_last_evaluation_is_not_finite_is_tabled_as_diverged(data_dir, tmp_path):
+    """Finite training losses to the end, but a NaN val loss at the last evaluation: diverged, not a loss of nan."""
+    run = tmp_path / "ablate" / "pre_lr0.003_s1"
+    run.mkdir(parents=True)
+    log = [dict(event="eval", iter=0, train_loss=4.1, val_loss=4.1),
+           dict(event="eval", iter=10, train_loss=math.nan, val_loss=math.nan),
+           dict(event="end", status="finished", iter=10, best_val_loss=4.1, final_val_loss=math.nan, tokens_per_s=1e3)]
+    (run / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
+    printed = ablate_main(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--modes=pre")
+    assert "pre_lr0.003_s1: skipped, DIVERGED at step 10" in printed
+    [row] = table_rows((tmp_path / "ablate" / "results.md").read_text())
+    assert (row["final val loss"], row["diverged"]) == ("diverged", "1/1")
 
 
 def test_sweep_keys_vary_only_their_mode_and_simplenorm_defaults_to_3x_lr(tmp_path):
