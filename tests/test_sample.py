@@ -125,11 +125,12 @@ def test_batch_rows_are_generated_independently():
         assert torch.equal(batched[row:row + 1], generate(model, idx[row:row + 1], 3 * BLOCK, True, temperature=0))
 
 
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode", NORM_MODES)
-def test_the_cache_runs_one_position_per_new_token(mode):
+def test_the_cache_runs_one_position_per_new_token(mode, arch):
     """Positions through each block per forward, counted by a hook: the 5-token prompt once, then 1 per
     new token; when the window is full, a refill of the newest (BLOCK + 1) // 2 tokens, then 1s again."""
-    model, half = random_model(mode), (BLOCK + 1) // 2
+    model, half = random_model(mode, arch=arch), (BLOCK + 1) // 2
     positions = []
     for block in model.transformer.h:
         block.register_forward_pre_hook(lambda module, args: positions.append(args[0].size(1)))

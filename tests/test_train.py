@@ -132,14 +132,17 @@ def test_two_torchrun_processes_match_one_process_with_accumulation(data_dir, tm
     assert eval_losses(two) == pytest.approx(eval_losses(one), abs=1e-5)
 
 
-def test_ddp_syncs_the_gradients_once_after_the_last_micro_batch(data_dir, tmp_path):
-    """A DDP comm hook, counting the forwards before each all-reduce: one step of 3 micro-batches
-    (one process, gloo) all-reduces only after the third backward pass. With one process the mean
-    is the bucket itself: the hook returns it as is (gloo then runs no Python callback, which can
-    deadlock with the process group's teardown)."""
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_ddp_syncs_the_gradients_once_after_the_last_micro_batch(data_dir, tmp_path, mode, arch):
+    """A DDP comm hook, counting the forwards before each all-reduce: two steps of 3 micro-batches (one
+    process, gloo) all-reduce only after the third backward pass of each; the second step's forward
+    would stop on a parameter left out of the loss, as under torchrun. With one process the mean is
+    the bucket itself: the hook returns it as is (a gloo future with a Python callback can deadlock
+    with the process group's teardown)."""
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
-        cfg, _ = train.configure([f"--data_dir={data_dir}", *TINY])
+        cfg, _ = train.configure([f"--data_dir={data_dir}", *TINY, f"--norm_mode={mode}", f"--arch={arch}"])
         meta, data = train.load_dataset(cfg, master=True)
         model = train.build_model(cfg, meta, None, "cpu")[0]
         forwards, synced = [], []
@@ -153,9 +156,10 @@ def test_ddp_syncs_the_gradients_once_after_the_last_micro_batch(data_dir, tmp_p
 
         ddp = DDP(model)
         ddp.register_comm_hook(None, counting_allreduce)
-        first = train.micro_batch(data, cfg, "cpu", step=0, g=0)
-        train.train_step(ddp, data, cfg, contextlib.nullcontext(), "cpu", step=0, rank=0, accum=3, batch=first)
-        assert len(forwards) == 3 and synced and set(synced) == {3}
+        batch = train.micro_batch(data, cfg, "cpu", step=0, g=0)
+        for step in range(2):
+            _, batch = train.train_step(ddp, data, cfg, contextlib.nullcontext(), "cpu", step, 0, 3, batch)
+        assert len(forwards) == 6 and synced and set(synced) == {3, 6}
     finally:
         dist.destroy_process_group()
 
