@@ -4,6 +4,7 @@ import pathlib
 import sys
 
 import pytest
+import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"  # read-only data beside the checkout; absent on some machines
@@ -14,6 +15,11 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 if (SHARED / "tiktoken_cache").is_dir():
     os.environ["TIKTOKEN_CACHE_DIR"] = str(SHARED / "tiktoken_cache")
 sys.path.insert(0, str(ROOT))
+
+# test_reliability.py forks train.main into child processes, and libgomp is not fork-safe: once this
+# process has run an OpenMP region on several threads, a child's first one waits forever for threads
+# that were not forked. So the test process computes on one thread (its subprocesses choose their own).
+torch.set_num_threads(1)
 
 
 def gpt2_available():
