@@ -590,28 +590,28 @@ def test_each_mode_learns_a_fixed_batch(mode, arch):
     assert losses[-1] < 0.5 * losses[0], losses[::10]
 
 
-def reference_join(mode, x, f, norm, out_norm, alpha, a_k):
-    """One sub-layer's update of the residual stream x, as NORM_MODES.md's table writes each mode:
-    f the sub-layer, norm its input norm (post, deep: the norm after the add), out_norm sandwich's."""
-    return {"pre": lambda: x + f(norm(x)),
-            "post": lambda: norm(x + f(x)),
-            "deep": lambda: norm(alpha * x + f(x)),
-            "sandwich": lambda: x + out_norm(f(norm(x))),
-            "geonorm": lambda: geodesic_step(x, f(norm(x)), a_k),
-            "simplenorm": lambda: x + f(x)}[mode]()
+# One sub-layer's update of the residual stream x, as NORM_MODES.md's table writes each of the six modes:
+# f the sub-layer, n its input norm (post, deep: the norm after the add), o sandwich's output norm, alpha
+# DeepNorm's residual scale, a GeoNorm's step size. A new mode brings its own equation test (README).
+JOINS = {"pre": lambda x, f, n, o, alpha, a: x + f(n(x)),
+         "post": lambda x, f, n, o, alpha, a: n(x + f(x)),
+         "deep": lambda x, f, n, o, alpha, a: n(alpha * x + f(x)),
+         "sandwich": lambda x, f, n, o, alpha, a: x + o(f(n(x))),
+         "geonorm": lambda x, f, n, o, alpha, a: geodesic_step(x, f(n(x)), a),
+         "simplenorm": lambda x, f, n, o, alpha, a: x + f(x)}
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("mode", NORM_MODES)
+@pytest.mark.parametrize("mode", JOINS)
 def test_every_block_is_its_modes_equation_on_random_weights(mode, arch):
     model = randomize(build(mode, arch=arch, bias=mode != "simplenorm" and arch == "gpt2"))
-    alpha, rope = M.deepnorm_constants(model.config.n_layer)[0], rope_rows(model, 8)
+    alpha, rope, join = M.deepnorm_constants(model.config.n_layer)[0], rope_rows(model, 8), JOINS[mode]
     x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(2)) * 3
     with torch.no_grad():
         for k, block in enumerate(model.transformer.h, 1):
             a_k, attn = M.geo_step_size(model.config, k), lambda h: block.attn(h, 0, rope)
-            h = reference_join(mode, x, attn, block.ln_1, block.ln_1_out, alpha, a_k)
-            y = reference_join(mode, h, block.mlp, block.ln_2, block.ln_2_out, alpha, a_k)
+            h = join(x, attn, block.ln_1, block.ln_1_out, alpha, a_k)
+            y = join(h, block.mlp, block.ln_2, block.ln_2_out, alpha, a_k)
             torch.testing.assert_close(block(x, 0, rope), y)
             x = y
 
@@ -624,7 +624,7 @@ CHANGED = dict(block_size=(16, {}), vocab_size=(67, {}), n_layer=(2, {}), n_head
                qk_norm=(True, {}), geo_alpha=(2.0, dict(norm_mode="geonorm")),
                geo_decay=("none", dict(norm_mode="geonorm")), geo_input_norm=(False, dict(norm_mode="geonorm")),
                geo_radius=("embed", dict(norm_mode="geonorm")), geo_max_angle=(0.01, dict(norm_mode="geonorm")),
-               sandwich_depth_scaled=(True, dict(norm_mode="sandwich")))
+               sandwich_depth_scaled=(True, dict(norm_mode="sandwich")), gelu_tanh=(True, {}))
 
 
 @pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(GPTConfig)])
