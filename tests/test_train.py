@@ -144,7 +144,7 @@ def test_ddp_syncs_the_gradients_once_after_the_last_micro_batch(data_dir, tmp_p
     try:
         cfg, _ = train.configure([f"--data_dir={data_dir}", *TINY, f"--norm_mode={mode}", f"--arch={arch}"])
         meta, data = train.load_dataset(cfg, master=True)
-        model = train.build_model(cfg, meta, None, "cpu")[0]
+        model = GPT(configurator.model_config(cfg, meta))
         forwards, synced = [], []
         model.register_forward_pre_hook(lambda module, args: forwards.append(1))
 
