@@ -590,28 +590,29 @@ def test_each_mode_learns_a_fixed_batch(mode, arch):
     assert losses[-1] < 0.5 * losses[0], losses[::10]
 
 
-# One sub-layer's update of the residual stream x, as NORM_MODES.md's table writes each of the six modes:
-# f the sub-layer, n its input norm (post, deep: the norm after the add), o sandwich's output norm, alpha
-# DeepNorm's residual scale, a GeoNorm's step size. A new mode brings its own equation test (README).
-JOINS = {"pre": lambda x, f, n, o, alpha, a: x + f(n(x)),
-         "post": lambda x, f, n, o, alpha, a: n(x + f(x)),
-         "deep": lambda x, f, n, o, alpha, a: n(alpha * x + f(x)),
-         "sandwich": lambda x, f, n, o, alpha, a: x + o(f(n(x))),
-         "geonorm": lambda x, f, n, o, alpha, a: geodesic_step(x, f(n(x)), a),
-         "simplenorm": lambda x, f, n, o, alpha, a: x + f(x)}
+# Each mode's join for block b, as NORM_MODES.md's table writes it: f the sub-layer, n its norm (post, deep:
+# after the add), o sandwich's output norm. A new mode adds its line (README, "Adding a norm mode").
+JOINS = {
+    "pre": lambda b, x, f, n, o: x + f(n(x)),
+    "post": lambda b, x, f, n, o: n(x + f(x)),
+    "deep": lambda b, x, f, n, o: n(b.alpha * x + f(x)),
+    "sandwich": lambda b, x, f, n, o: x + o(f(n(x))),
+    "geonorm": lambda b, x, f, n, o: geodesic_step(x, f(n(x)), b.geo_step),
+    "simplenorm": lambda b, x, f, n, o: x + f(x),
+}
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("mode", JOINS)
+@pytest.mark.parametrize("mode", NORM_MODES)
 def test_every_block_is_its_modes_equation_on_random_weights(mode, arch):
+    assert mode in JOINS, f"write the equation of the new mode {mode} in JOINS"
     model = randomize(build(mode, arch=arch, bias=mode != "simplenorm" and arch == "gpt2"))
-    alpha, rope, join = M.deepnorm_constants(model.config.n_layer)[0], rope_rows(model, 8), JOINS[mode]
+    rope, join = rope_rows(model, 8), JOINS[mode]
     x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(2)) * 3
     with torch.no_grad():
-        for k, block in enumerate(model.transformer.h, 1):
-            a_k, attn = M.geo_step_size(model.config, k), lambda h: block.attn(h, 0, rope)
-            h = join(x, attn, block.ln_1, block.ln_1_out, alpha, a_k)
-            y = join(h, block.mlp, block.ln_2, block.ln_2_out, alpha, a_k)
+        for block in model.transformer.h:
+            h = join(block, x, lambda h: block.attn(h, 0, rope), block.ln_1, block.ln_1_out)
+            y = join(block, h, block.mlp, block.ln_2, block.ln_2_out)
             torch.testing.assert_close(block(x, 0, rope), y)
             x = y
 
