@@ -20,7 +20,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optim
                                                      set_state_dict)
 
 from configurator import first_line
-from prepare_data import _atomic_write
+from prepare_data import atomic_write
 
 warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP read by one process: meant
 
@@ -134,7 +134,7 @@ def trim_log(path, step):
     """Keep the events up to step, the checkpoint's (none from scratch), and no old 'end': no step twice.
     Rewritten atomically: a kill -9 midway leaves the old log whole."""
     keep = [e for e in read_events(path) if e["event"] != "end" and e["iter"] <= step]
-    _atomic_write(path, "".join(json.dumps(e) + "\n" for e in keep).encode())
+    atomic_write(path, "".join(json.dumps(e) + "\n" for e in keep).encode())
 
 
 def provenance():

@@ -259,7 +259,7 @@ def main(argv=None):
                               s["init_from"]), parameters=model.get_num_params(), config=vars(model.config)),
         seconds=time.time() - t0)
     Path(s["out_dir"]).mkdir(parents=True, exist_ok=True)
-    prepare_data._write_json(Path(s["out_dir"]) / "eval.json", report)  # atomically
+    prepare_data.write_json(Path(s["out_dir"]) / "eval.json", report)  # atomically
     print(f"wrote {Path(s['out_dir']) / 'eval.json'}")
     return report
 

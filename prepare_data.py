@@ -64,7 +64,7 @@ codecs.register_error("normgpt_replace", _count_and_replace)
 
 # ----------------------------------------------------------------------------- shards and meta.json
 
-def _atomic_write(path, *chunks):
+def atomic_write(path, *chunks):
     """Write to a temporary name in the same folder, fsync, then rename: no reader sees half a file."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
@@ -75,8 +75,8 @@ def _atomic_write(path, *chunks):
     os.replace(tmp, path)
 
 
-def _write_json(path, obj):
-    _atomic_write(path, json.dumps(obj, indent=1, ensure_ascii=False).encode())
+def write_json(path, obj):
+    atomic_write(path, json.dumps(obj, indent=1, ensure_ascii=False).encode())
 
 
 def write_shard(path, tokens):
@@ -88,7 +88,7 @@ def write_shard(path, tokens):
     tokens = np.ascontiguousarray(tokens, dtype=np.uint16)
     header = np.zeros(HEADER_BYTES // 4, np.int32)
     header[:3] = MAGIC, VERSION, len(tokens)
-    _atomic_write(pathlib.Path(path), header.tobytes(), tokens)
+    atomic_write(pathlib.Path(path), header.tobytes(), tokens)
     sha = hashlib.sha256(header.tobytes())
     sha.update(tokens)
     return sha.hexdigest()
@@ -443,7 +443,7 @@ class _ShardWriter:
             sha = write_shard(self.out / name, self.buffer[:self.n])
             self.shards[self.split].append({"file": name, "tokens": self.n, "sha256": sha})
             self.n = 0
-            _write_json(self.out / PROGRESS, dict(meta=self.meta, val_tokens=self.val_tokens,
+            write_json(self.out / PROGRESS, dict(meta=self.meta, val_tokens=self.val_tokens,
                                                   shards=self.shards, mark=self.mark))
 
 
@@ -533,7 +533,7 @@ def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
         if any(writer.shards.values()):
             print(f"kept the finished shards in {out}: the same command resumes after them", file=sys.stderr)
         raise
-    _write_json(out / "meta.json", {**meta, "tokens": writer.tokens, "shards": writer.shards})
+    write_json(out / "meta.json", {**meta, "tokens": writer.tokens, "shards": writer.shards})
     (out / PROGRESS).unlink(missing_ok=True)
     if _replaced["bytes"]:
         print(f"warning: {_replaced['bytes']:,} bytes of invalid UTF-8 were replaced with U+FFFD", file=sys.stderr)
@@ -604,7 +604,7 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
     # Everything that can fail on bad input happens before the folder is made.
     if dataset == "shards":
         meta = _shards_meta(out, inputs, args)
-        build = lambda: _write_json(out / "meta.json", meta)
+        build = lambda: write_json(out / "meta.json", meta)
     else:
         docs, source, size = _source(dataset, list(inputs), text_column)  # checks inputs and network first
         if dataset.startswith("shakespeare"):  # the source splits 90/10; under a cap, val keeps a tenth of it

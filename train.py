@@ -293,7 +293,7 @@ def open_log(cfg, resumed_at):
     """Write config.json, trim log.jsonl to the checkpoint's step, and open it; and wandb when asked for."""
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    prepare_data._write_json(out_dir / "config.json", dict(config=vars(cfg), **checkpoint.provenance()))  # atomically
+    prepare_data.write_json(out_dir / "config.json", dict(config=vars(cfg), **checkpoint.provenance()))  # atomically
     checkpoint.trim_log(out_dir / "log.jsonl", -1 if resumed_at is None else resumed_at)
     wandb = None
     if cfg.wandb_log:
