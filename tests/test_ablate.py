@@ -5,7 +5,6 @@ import io
 import json
 import math
 import os
-import re
 import shutil
 
 import matplotlib.colors
@@ -274,13 +273,3 @@ def test_figures_of_an_unfinished_ablation_name_the_runs_they_leave_out(drawn, c
     draw("half", "pre", {("pre", 1): "finished", ("pre", 2): "interrupted"})
     err = capsys.readouterr().err
     assert "note: 1 of 2 runs have not finished, and the figures leave them out: pre_lr0.001_s2" in err
-
-
-@pytest.mark.skipif(not (ROOT / "docs").is_dir(), reason="no figures under docs/ yet (the README's --figures commands)")
-def test_every_figure_under_docs_is_shown_in_the_readme_and_opens():
-    shown = set(re.findall(r"!\[[^]]*]\((docs/\S+?\.png)\)", (ROOT / "README.md").read_text()))
-    pngs = {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.png")}
-    assert shown == pngs
-    for name in pngs:
-        height, width, _ = matplotlib.image.imread(ROOT / name).shape
-        assert 300 < height < 800 and 500 < width < 1400 and (ROOT / name).stat().st_size < 60_000, name

@@ -1,5 +1,5 @@
-"""README's "Adding a norm mode" holds: its Mix-LN diff applies to this checkout and the new mode passes every
-test that runs for each mode; with its branch broken (x returned unchanged, or the residual dropped) they fail.
+"""docs/modes.md's "Adding a norm mode" holds: its Mix-LN diff applies to this checkout and the new mode passes
+every test that runs for each mode; with its branch broken (x returned unchanged, or the residual dropped) they fail.
 Each case patches a copy of the repository in tmp_path and runs pytest -k mixln on it in a subprocess."""
 import os
 import re
@@ -17,12 +17,12 @@ BRANCH = "+            return norm(x + f(x)) if self.post else x + f(norm(x))\n"
 BROKEN = {"x unchanged": "+            return x\n",
           "no residual": "+            return norm(f(x)) if self.post else f(norm(x))\n"}
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git apply is needed to apply the README's diff")
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git apply is needed to apply the worked diff")
 
 
-def readme_diff():
-    """The ```diff block of README.md's section "Adding a norm mode"."""
-    section = (ROOT / "README.md").read_text().split("\n## Adding a norm mode\n")[1].split("\n## ")[0]
+def worked_diff():
+    """The ```diff block of docs/modes.md's section "Adding a norm mode"."""
+    section = (ROOT / "docs" / "modes.md").read_text().split("\n## Adding a norm mode\n")[1].split("\n## ")[0]
     [diff] = re.findall(r"^```diff\n(.*?)^```$", section, re.S | re.M)
     return diff
 
@@ -35,7 +35,7 @@ def patched_copy(tmp_path, diff):
         (tmp_path / "shared").symlink_to(ROOT.parent / "shared")
     subprocess.run(["git", "init", "-q"], cwd=copy, check=True)  # git apply takes paths from the copy's root
     applied = subprocess.run(["git", "apply", "-"], input=diff, cwd=copy, capture_output=True, text=True)
-    assert applied.returncode == 0, f"README's diff does not apply to this checkout:\n{applied.stderr}"
+    assert applied.returncode == 0, f"docs/modes.md's diff does not apply to this checkout:\n{applied.stderr}"
     return copy
 
 
@@ -51,8 +51,8 @@ def outcomes(output):
     return dict(re.findall(r"^(tests/\S+) (PASSED|FAILED|ERROR|SKIPPED)", output, re.M))
 
 
-def test_the_readme_diff_adds_mixln_and_it_passes_every_test_that_runs_for_each_mode(tmp_path):
-    copy = patched_copy(tmp_path, readme_diff())
+def test_the_worked_diff_adds_mixln_and_it_passes_every_test_that_runs_for_each_mode(tmp_path):
+    copy = patched_copy(tmp_path, worked_diff())
     output = pytest_on(copy, "mixln", "-v")
     ran = outcomes(output)
     # the tests that run for each of the modes this checkout has (its NORM_MODES): mode first among their parameters
@@ -70,8 +70,8 @@ def test_the_readme_diff_adds_mixln_and_it_passes_every_test_that_runs_for_each_
     ("no residual", ["test_every_join_keeps_x_when_its_sub_layer_is_zero"]),
 ])
 def test_a_broken_mixln_branch_fails_the_tests_of_every_mode(tmp_path, broken, fails):
-    diff = readme_diff()
-    assert diff.count(BRANCH) == 1, "README's diff no longer has the branch this test breaks: update BRANCH"
+    diff = worked_diff()
+    assert diff.count(BRANCH) == 1, "docs/modes.md's diff no longer has the branch this test breaks: update BRANCH"
     copy = patched_copy(tmp_path, diff.replace(BRANCH, BROKEN[broken]))
     # the tests of every mode in test_model.py, less compile (slow, and not what breaks) and mixln's own test
     output = pytest_on(copy, "mixln and not compile and not test_mixln", "-v", path="tests/test_model.py")

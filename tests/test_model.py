@@ -591,7 +591,7 @@ def test_each_mode_learns_a_fixed_batch(mode, arch):
 
 
 # Each mode's join for block b, as NORM_MODES.md's table writes it: f the sub-layer, n its norm (post, deep:
-# after the add), o sandwich's output norm. A new mode adds its line (README, "Adding a norm mode").
+# after the add), o sandwich's output norm. A new mode adds its line (docs/modes.md, "Adding a norm mode").
 JOINS = {
     "pre": lambda b, x, f, n, o: x + f(n(x)),
     "post": lambda b, x, f, n, o: n(x + f(x)),
