@@ -57,6 +57,7 @@ import PIL.Image
 
 import checkpoint
 import configurator
+from data import atomic_write
 from model import NORM_MODES
 
 OWN = {"ablate_modes": ("all", (str, list)), "ablate_seeds": (None, (list, type(None))),
@@ -281,17 +282,10 @@ def write_results(groups, plan, root, argv, pngs):
             + (" Eval tasks (eval.py, lm-eval): acc_norm where the task has it, else acc, mean ± std over the seeds"
                " that finished." if plan["eval"]["tasks"] else "") + f"\n\n{table(groups)}\n\n"
             f"Lowest final val loss first: {order or 'none finished'}\n\n" + "".join(f"![{p}]({p})\n" for p in pngs))
-    write_atomic(root / "results.md", text.encode())
+    atomic_write(root / "results.md", text.encode())
     plan = {k: v for k, v in plan.items() if k != "base"}
-    write_atomic(root / "results.json", json.dumps(dict(plan=plan, groups=groups), indent=1, default=str).encode())
+    atomic_write(root / "results.json", json.dumps(dict(plan=plan, groups=groups), indent=1, default=str).encode())
     return text
-
-
-def write_atomic(path, data):
-    """data (bytes) to a temporary name beside path, then renamed: a killed ablate.py leaves no half file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------- plots
@@ -367,7 +361,7 @@ def finish(fig, ax, title, path):
     plt.close(fig)
     # 256 colours draw lines on white as well as millions do, in a third of the bytes (Pillow: matplotlib's own)
     PIL.Image.open(drawn).convert("RGB").quantize(256).save(small, format="png", optimize=True)
-    write_atomic(path, small.getvalue())
+    atomic_write(path, small.getvalue())
 
 
 def plot_val_loss(groups, plan, path):

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 import configurator
-import prepare_data
+from data import DATASETS, GPT2_META, get_batch, padded_vocab, write_shard
 from model import GPT, NORM_MODES
 
 TRAIN = Path(__file__).with_name("train.py")  # whose settings bench.py takes
@@ -58,7 +58,8 @@ def parse(argv):
     cfg, _ = configurator.parse_settings(BENCH_SHAPE + [f"--device={args.device}"] + rest, TRAIN)
     cfg["device"] = configurator.pick_device(cfg["device"])
     if args.vocab_size is None:  # the head of a 50,257-token BPE vocabulary dominates a 125M model's memory
-        args.vocab_size = 50304 if prepare_data.DATASETS.get(cfg["dataset"], ("char",))[0] == "gpt2" else 65
+        gpt2 = DATASETS.get(cfg["dataset"], ("char",))[0] == "gpt2"
+        args.vocab_size = padded_vocab(GPT2_META) if gpt2 else 65
     return args, modes, types.SimpleNamespace(**cfg)
 
 
@@ -174,14 +175,14 @@ def bench_sampling(modes, cfg, args):
 
 
 def bench_data_loader(cfg, n_batches=200):
-    """Batches/s of prepare_data.get_batch over a memory-mapped shard of 10M random tokens."""
+    """Batches/s of data.get_batch over a memory-mapped shard of 10M random tokens."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "train_000000.bin"
-        prepare_data.write_shard(path, np.random.default_rng(0).integers(0, 65, 10_000_000, dtype=np.uint16))
+        write_shard(path, np.random.default_rng(0).integers(0, 65, 10_000_000, dtype=np.uint16))
         shards = [path], np.array([10_000_000])
         t0 = time.perf_counter()
         for i in range(n_batches):
-            prepare_data.get_batch(shards, np.random.default_rng((cfg.seed, i)), cfg, cfg.device)
+            get_batch(shards, np.random.default_rng((cfg.seed, i)), cfg, cfg.device)
         dt = time.perf_counter() - t0
     return dict(batches_per_s=n_batches / dt, tokens_per_s=n_batches * cfg.batch_size * cfg.block_size / dt)
 

@@ -19,8 +19,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict, get_state_dict,
                                                      set_state_dict)
 
-from configurator import first_line
-from prepare_data import atomic_write
+from data import atomic_write, first_line
 
 warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP read by one process: meant
 

@@ -12,7 +12,6 @@ import ast
 import builtins
 import dataclasses
 import difflib
-import math
 import os
 import sys
 import types
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from data import first_line, padded_vocab
 from model import GPT, GPTConfig
 
 RULER = "# " + "-" * 98  # a script's settings are the assignments between the two lines that equal RULER
@@ -134,11 +134,6 @@ def parse_settings(argv, script):
 
 # ------------------------------------------------------------------------ what the settings select
 
-def first_line(e):
-    """An exception as one line: its type and the first line of its message."""
-    return f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
-
-
 def pick_device(device):
     """The device setting ('auto': cuda when available), checked to be usable here. Under torchrun a GPU
     is this process's own, cuda:LOCAL_RANK."""
@@ -193,9 +188,8 @@ def device_peak_flops(cfg, device):
 def model_config(cfg, meta):
     """The GPTConfig of settings cfg on a dataset with this meta.json; a bad setting is a one-line error."""
     args = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(GPTConfig) if f.name != "vocab_size"}
-    vocab = meta["vocab_size"]  # GPT-2's 50257 tokens padded to 50304: matmuls run faster on multiples of 64
     try:
-        return GPTConfig(**args, vocab_size=64 * math.ceil(vocab / 64) if meta["tokenizer"] == "gpt2" else vocab)
+        return GPTConfig(**args, vocab_size=padded_vocab(meta))
     except ValueError as e:
         sys.exit(f"error: {e}")
 

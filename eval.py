@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 import checkpoint
 import configurator
-import prepare_data
+import data
 from model import from_gpt2
 from sample import load_checkpoint, prompt_ids
 
@@ -56,9 +56,6 @@ device = "auto"  # 'cpu', 'cuda', 'cuda:1', 'mps'; auto: cuda when available
 dtype = "auto"  # 'float32', or 'bfloat16' autocast; auto: bfloat16 on CUDA, float32 elsewhere
 # --------------------------------------------------------------------------------------------------
 
-GPT2_META = dict(tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None)  # OpenAI's GPT-2's tokens
-
-
 class StopGeneration(Exception):
     """Raised from GPT.generate's on_token once the text holds a stop string: generation ends there."""
 
@@ -72,7 +69,7 @@ class GPTAdapter(TemplateLM):
     def __init__(self, model, meta, device, dtype, batch_size, rank=0, world_size=1):
         super().__init__()
         self.model, self.meta, self.batch_size = model, meta, batch_size
-        self.encode, self.decode = prepare_data.get_tokenizer(meta)
+        self.encode, self.decode = data.get_tokenizer(meta)
         self.start = prompt_ids("", self.encode, meta)[0]  # <|endoftext|>, or a character table's newline
         self.autocast = configurator.autocast(device, dtype)
         self._device, self._rank, self._world_size = torch.device(device), rank, world_size
@@ -234,7 +231,7 @@ def main(argv=None):
         if s["init_from"] == "resume":
             model, meta = load_checkpoint(s["out_dir"], device)
         else:
-            model, meta = from_gpt2(s["init_from"]).to(device).eval(), GPT2_META
+            model, meta = from_gpt2(s["init_from"]).to(device).eval(), data.GPT2_META
         lm = GPTAdapter(model, meta, device, configurator.pick_dtype(s["dtype"], device), s["batch_size"], rank, world)
         t0 = time.time()
         try:
@@ -242,7 +239,7 @@ def main(argv=None):
                                               task_manager=manager, bootstrap_iters=1000, log_samples=False,
                                               fewshot_random_seed=s["seed"])
         except ConnectionError as e:  # a task's data is not in the datasets cache, and the hub is out of reach
-            raise SystemExit(f"error: {configurator.first_line(e)}: offline, point a task YAML at local copies of "
+            raise SystemExit(f"error: {data.first_line(e)}: offline, point a task YAML at local copies of "
                              "the data and pass its folder as --include_path=DIR (README: Evaluation)")
     finally:
         if dist.is_initialized():
@@ -259,7 +256,7 @@ def main(argv=None):
                               s["init_from"]), parameters=model.get_num_params(), config=vars(model.config)),
         seconds=time.time() - t0)
     Path(s["out_dir"]).mkdir(parents=True, exist_ok=True)
-    prepare_data.write_json(Path(s["out_dir"]) / "eval.json", report)  # atomically
+    data.write_json(Path(s["out_dir"]) / "eval.json", report)  # atomically
     print(f"wrote {Path(s['out_dir']) / 'eval.json'}")
     return report
 

@@ -34,21 +34,15 @@ import urllib.request
 import numpy as np
 from tqdm import tqdm
 
-MAGIC, VERSION, HEADER_BYTES = 20240520, 1, 1024
+from data import (DATASETS, GPT2_META, HEADER_BYTES, _gpt2, first_line, get_tokenizer, read_shard, write_json,
+                  write_shard)
+
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 BATCH_CHARS = 1 << 20  # text per worker task, and per piece of a .txt file: pickling costs little next to it
 SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)")  # after a newline between non-spaces: see _txt_pieces
 PROGRESS = "progress.json"  # an unfinished build's shards so far and where its text stands: what a rerun resumes
-DATASETS = {  # name: (default tokenizer, one line for --help)
-    "shakespeare_char": ("char", "tiny Shakespeare by characters (nanoGPT's classic): --input FILE or downloaded"),
-    "shakespeare": ("gpt2", "tiny Shakespeare, GPT-2 BPE: --input FILE or downloaded"),
-    "pystdlib": ("char", "this Python's standard library sources, tests left out: offline, the default corpus"),
-    "fineweb_edu": ("gpt2", "HuggingFaceFW/fineweb-edu sample-10BT streamed from the hub; cap it with --num_tokens"),
-    "openwebtext": ("gpt2", "Skylion007/openwebtext (nanoGPT's) streamed from the hub"),
-    "text": ("gpt2", "local --input files or globs: .txt (a document per file), .jsonl, .json, .parquet"),
-    "shards": ("gpt2", "existing GPT-2 shards, e.g. modded-nanogpt's FineWeb (--input 'dir/*.bin'): indexed in place"),
-}
-HUB = {"fineweb_edu": ("HuggingFaceFW/fineweb-edu", "sample-10BT"), "openwebtext": ("Skylion007/openwebtext", None)}
+HUB = {"fineweb_edu": ("HuggingFaceFW/fineweb-edu", "sample-10BT"),  # name: (repository, configuration)
+       "openwebtext": ("Skylion007/openwebtext", None)}
 BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}  # datasets' builders
 
 _replaced = collections.Counter()  # invalid UTF-8 bytes turned into U+FFFD: reported, not fatal
@@ -62,125 +56,7 @@ def _count_and_replace(err):
 codecs.register_error("normgpt_replace", _count_and_replace)
 
 
-# ----------------------------------------------------------------------------- shards and meta.json
-
-def atomic_write(path, *chunks):
-    """Write to a temporary name in the same folder, fsync, then rename: no reader sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        for chunk in chunks:
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def write_json(path, obj):
-    atomic_write(path, json.dumps(obj, indent=1, ensure_ascii=False).encode())
-
-
-def write_shard(path, tokens):
-    """Write tokens as one shard, atomically; returns the file's sha256 for meta.json."""
-    tokens = np.asarray(tokens)
-    if tokens.size and (tokens.min() < 0 or tokens.max() >= 2**16):
-        raise SystemExit(f"error: token ids {tokens.min()}..{tokens.max()} do not fit a uint16 shard (0..65535); "
-                         "use a tokenizer with a smaller vocabulary")
-    tokens = np.ascontiguousarray(tokens, dtype=np.uint16)
-    header = np.zeros(HEADER_BYTES // 4, np.int32)
-    header[:3] = MAGIC, VERSION, len(tokens)
-    atomic_write(pathlib.Path(path), header.tobytes(), tokens)
-    sha = hashlib.sha256(header.tobytes())
-    sha.update(tokens)
-    return sha.hexdigest()
-
-
-def read_shard(path):
-    """The tokens of a shard as a read-only uint16 memmap, after checking its header and size."""
-    path = pathlib.Path(path)
-
-    def invalid(why):
-        return SystemExit(f"error: {path} is not a valid token shard ({why}); "
-                          f"rebuild it with: {_prepare_command(path.parent)} --force")
-
-    try:
-        header = np.fromfile(path, dtype=np.int32, count=HEADER_BYTES // 4)
-    except OSError as e:
-        raise invalid(e.strerror)
-    if len(header) < HEADER_BYTES // 4:
-        raise invalid("shorter than its 1024-byte header")
-    if header[0] != MAGIC or header[1] != VERSION:
-        raise invalid(f"magic {header[0]} version {header[1]}, expected {MAGIC} version {VERSION}")
-    count, size = int(header[2]), path.stat().st_size
-    if count <= 0 or size != HEADER_BYTES + 2 * count:
-        raise invalid(f"{size} bytes, but the header promises {count} tokens")
-    return np.memmap(path, dtype=np.uint16, mode="r", offset=HEADER_BYTES, shape=(count,))
-
-
-def get_batch(shards, rng, cfg, device):
-    """batch_size windows of a split's shards (paths, token counts) at positions drawn by rng: inputs x
-    and their next tokens y, both (B, T), on device."""
-    import torch  # here, not on top: preparing data needs no torch
-    paths, counts = shards
-    room = np.maximum(counts - cfg.block_size, 0)  # window starts in each shard
-    ends = np.cumsum(room)
-    pos = rng.integers(ends[-1], size=cfg.batch_size)  # uniform over every window of every shard
-    shard = np.searchsorted(ends, pos, side="right")
-    offset = pos - (ends[shard] - room[shard])
-    # memmaps live for one batch: one kept open would keep every page it ever read in the RSS
-    maps = {s: read_shard(paths[s]) for s in set(shard.tolist())}
-    rows = [maps[s][o:o + cfg.block_size + 1] for s, o in zip(shard, offset)]
-    batch = torch.from_numpy(np.stack(rows).astype(np.int64))  # (B, T + 1)
-    if device.startswith("cuda"):  # pinned, so the copy overlaps the GPU's work
-        batch = batch.pin_memory()
-    batch = batch.to(device, non_blocking=True)
-    return batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
-
-
-def _prepare_command(folder):
-    """The command that builds folder, for error messages; the dataset is the folder's name."""
-    folder = pathlib.Path(folder)
-    if folder.name in DATASETS and folder == pathlib.Path("data", folder.name):
-        return f"python prepare_data.py {folder.name}"
-    return f"python prepare_data.py {folder.name if folder.name in DATASETS else 'DATASET'} --out {folder}"
-
-
-def load_meta(data_dir):
-    """meta.json of a prepared folder; without it the folder is missing or its build was interrupted."""
-    try:
-        return json.loads((pathlib.Path(data_dir) / "meta.json").read_text())
-    except FileNotFoundError:
-        raise SystemExit(f"error: {data_dir} is not prepared (no meta.json): run  {_prepare_command(data_dir)}")
-    except ValueError:
-        raise SystemExit(f"error: {data_dir}/meta.json is corrupt: run  {_prepare_command(data_dir)} --force")
-
-
 # ----------------------------------------------------------------------------- tokenizers
-
-def _gpt2():
-    import tiktoken
-    try:
-        return tiktoken.get_encoding("gpt2")
-    except Exception as e:  # tiktoken downloads its BPE files on first use
-        raise SystemExit(f"error: cannot load the GPT-2 BPE files ({type(e).__name__}); offline, point "
-                         "TIKTOKEN_CACHE_DIR at a copy of tiktoken's cache, or use --tokenizer char")
-
-
-def get_tokenizer(meta):
-    """(encode, decode) for a prepared folder: encode(str) -> list[int], decode(list[int]) -> str."""
-    if meta["tokenizer"] == "gpt2":
-        enc = _gpt2()
-        return (lambda text: enc.encode(text, allowed_special={"<|endoftext|>"})), enc.decode
-    chars = meta["chars"]
-    stoi = {c: i for i, c in enumerate(chars)}
-
-    def encode(text):
-        unknown = sorted(set(text) - stoi.keys())
-        if unknown:
-            raise SystemExit(f"error: characters not in this model's vocabulary: {', '.join(map(repr, unknown))}")
-        return [stoi[c] for c in text]
-
-    return encode, lambda ids: "".join(chars[i] for i in ids)
-
 
 def _char_table(docs):
     """The sorted characters of the whole text, val and train."""
@@ -267,7 +143,7 @@ def _stream(what, fix, *args, **kwargs):
     try:
         yield from load_dataset(*args, split="train", streaming=True, **kwargs)
     except Exception as e:
-        raise SystemExit(f"error: cannot read {what}: {(str(e).strip() or type(e).__name__).splitlines()[0]}; {fix}")
+        raise SystemExit(f"error: cannot read {what}: {first_line(e)}; {fix}")
 
 
 def _txt_pieces(path):
@@ -301,7 +177,8 @@ def _text_files(inputs, column):
             if builder == "text":
                 yield from (piece for path in files for piece in _txt_pieces(path))
                 continue
-            for row in _stream(f"{files[0]} ({len(files)} {builder} files)", "check them", builder, data_files=files):
+            what = f"{files[0]} ({len(files)} {builder} files)"
+            for row in _stream(what, "check them", builder, data_files=files):
                 if column not in row:
                     raise SystemExit(f"error: {files[0]} has no column {column!r} (it has {', '.join(row)}); "
                                      "pass --text_column NAME")
@@ -315,7 +192,8 @@ def _hub(dataset):
     repo, config = HUB[dataset]
     fix = "for local files use:  python prepare_data.py text --input FILES"
     endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"  # a mirror, if the user set one
-    offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if os.environ.get(v, "").lower() in ("1", "true")]
+    offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+               if os.environ.get(v, "").lower() in ("1", "true")]
     try:  # fail in seconds, not after datasets' retries
         url = urllib.parse.urlsplit(endpoint)
         if offline or not url.hostname:
@@ -398,7 +276,8 @@ class _ShardWriter:
         progress = progress or dict(shards={"val": [], "train": []},
                                     mark=dict(doc=0, tokens={"val": 0, "train": 0}, streams=[]))
         self.shards, self.mark = progress["shards"], progress["mark"]
-        self.docs, self.tokens, self.streams = self.mark["doc"], dict(self.mark["tokens"]), set(self.mark["streams"])
+        self.docs, self.tokens = self.mark["doc"], dict(self.mark["tokens"])
+        self.streams = set(self.mark["streams"])
         # tokens of the document in progress that are already in the shards
         self.skip = sum(s["tokens"] for split in self.shards.values() for s in split) - sum(self.tokens.values())
 
@@ -464,7 +343,8 @@ def _write_shards(docs, writer, workers):
     writer.flush()
     if not writer.tokens["train"]:
         fix = "lower --val_tokens or use more text" if None in writer.streams else "use more text"  # shakespeare*
-        raise SystemExit(f"error: no training tokens: all {writer.tokens['val']:,} tokens of the text are held out; {fix}")
+        raise SystemExit(f"error: no training tokens: all {writer.tokens['val']:,} tokens of the text are held out; "
+                         f"{fix}")
 
 
 # ----------------------------------------------------------------------------- the build
@@ -480,7 +360,8 @@ def _record(out, name):
     try:
         record = json.loads((out / name).read_text())
         shards = itertools.chain(*record["shards"].values())
-        return record if all((out / s["file"]).stat().st_size == HEADER_BYTES + 2 * s["tokens"] for s in shards) else None
+        whole = all((out / s["file"]).stat().st_size == HEADER_BYTES + 2 * s["tokens"] for s in shards)
+        return record if whole else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -538,7 +419,8 @@ def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
     if _replaced["bytes"]:
         print(f"warning: {_replaced['bytes']:,} bytes of invalid UTF-8 were replaced with U+FFFD", file=sys.stderr)
     n, seconds = writer.tokens, time.time() - t0
-    print(f"wrote {n['train']:,} train + {n['val']:,} val tokens ({meta['tokenizer']}, vocab {meta['vocab_size']:,}) "
+    print(f"wrote {n['train']:,} train + {n['val']:,} val tokens "
+          f"({meta['tokenizer']}, vocab {meta['vocab_size']:,}) "
           f"to {out} in {seconds:.1f}s, {(n['train'] + n['val'] - resumed) / seconds:,.0f} tokens/s")
 
 
@@ -558,20 +440,23 @@ def _shards_meta(out, inputs, args):
         shards[split].append({"file": os.path.relpath(path, out), "tokens": len(read_shard(path)),
                               "sha256": sha.hexdigest()})
     tokens = {split: sum(s["tokens"] for s in shards[split]) for split in shards}
-    print(f"indexing {tokens['train']:,} train + {tokens['val']:,} val tokens of {len(files)} shards in {out}/meta.json")
-    return dict(dataset="shards", tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None,
+    print(f"indexing {tokens['train']:,} train + {tokens['val']:,} val tokens of {len(files)} shards "
+          f"in {out}/meta.json")
+    return dict(dataset="shards", **GPT2_META,
                 source=f"{len(files)} existing shards: {', '.join(map(str, files))}", args=args,
                 tokens=tokens, shards=shards)
 
 
 def _tokenizer_meta(dataset, docs, source, args):
     """meta.json's description of the tokenizer; char-level, a first pass over the text finds its characters."""
-    chars = _char_table(docs) if args["tokenizer"] == "char" else None
-    if args["tokenizer"] == "char" and not chars:
+    if args["tokenizer"] == "gpt2":
+        _gpt2()  # fails here, before any output, when it cannot load
+        return dict(dataset=dataset, **GPT2_META, source=source, args=args)
+    chars = _char_table(docs)
+    if not chars:
         raise SystemExit(f"error: no text in {source}")
-    enc = _gpt2() if args["tokenizer"] == "gpt2" else None  # fails here, before any output, when it cannot load
-    return dict(dataset=dataset, tokenizer=args["tokenizer"], vocab_size=enc.n_vocab if enc else len(chars),
-                eot_token=enc.eot_token if enc else None, chars=chars, source=source, args=args)
+    return dict(dataset=dataset, tokenizer="char", vocab_size=len(chars), eot_token=None, chars=chars,
+                source=source, args=args)
 
 
 def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, val_tokens=None,
@@ -635,7 +520,8 @@ def main(argv=None):
         help="held out: the first N tokens of the stream; default 5%% of the corpus, at most 100M "
              "(shakespeare*: nanoGPT's last 10%% of the text, its first N/10 tokens under --num_tokens N)")
     add("--shard_tokens", type=int, default=100_000_000, metavar="N", help="tokens per shard file (default 1e8)")
-    add("--workers", type=int, default=os.cpu_count(), metavar="N", help="tokenizer processes (default: all cores)")
+    add("--workers", type=int, default=os.cpu_count(), metavar="N",
+        help="tokenizer processes (default: all cores)")
     add("--text_column", default="text", metavar="NAME", help="the column of .jsonl/.json/.parquet rows (text)")
     add("--force", action="store_true", help="rebuild even if the folder is complete")
     options = vars(parser.parse_args(argv))

@@ -28,9 +28,8 @@ import torch.nn as nn
 
 import checkpoint
 import configurator
-from configurator import first_line
+from data import first_line, get_tokenizer
 from model import GPT, GPTConfig
-from prepare_data import get_tokenizer
 
 # settings: the assignments between the two rulers, read by configurator.py (python sample.py --help)
 # --------------------------------------------------------------------------------------------------

@@ -40,8 +40,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import checkpoint
 import configurator
 import prepare_data
+from data import first_line, get_batch, load_meta, write_json
 from model import GPT, from_gpt2
-from prepare_data import get_batch
 
 # settings: the assignments between the two rulers, read by configurator.py (python train.py --help)
 # --------------------------------------------------------------------------------------------------
@@ -147,7 +147,7 @@ def load_dataset(cfg, master):
         prepare_data.prepare("pystdlib", folder)  # offline and takes seconds: made rather than asked for
     if dist.is_initialized():
         dist.barrier()
-    meta, data = prepare_data.load_meta(folder), {}
+    meta, data = load_meta(folder), {}
     for split in ("train", "val"):
         shards = meta["shards"][split]
         data[split] = [folder / s["file"] for s in shards], np.array([s["tokens"] for s in shards])
@@ -293,7 +293,7 @@ def open_log(cfg, resumed_at):
     """Write config.json, trim log.jsonl to the checkpoint's step, and open it; and wandb when asked for."""
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    prepare_data.write_json(out_dir / "config.json", dict(config=vars(cfg), **checkpoint.provenance()))  # atomically
+    write_json(out_dir / "config.json", dict(config=vars(cfg), **checkpoint.provenance()))  # atomically
     checkpoint.trim_log(out_dir / "log.jsonl", -1 if resumed_at is None else resumed_at)
     wandb = None
     if cfg.wandb_log:
@@ -420,7 +420,7 @@ def main(argv):
         say(f"{status} at step {step}, checkpoint in {cfg.out_dir}; sample from it: python sample.py "
             f"--out_dir={cfg.out_dir}" + (" (or go on: --init_from=resume)" if status == "interrupted" else ""))
     except torch.OutOfMemoryError as e:  # one line that names the levers
-        sys.exit(f"error: out of memory on {device} ({configurator.first_line(e)}): lower batch_size (more gradient_"
+        sys.exit(f"error: out of memory on {device} ({first_line(e)}): lower batch_size (more gradient_"
                  "accumulation_steps keep the tokens per step), activation_checkpointing=True, parallel='fsdp'")
     finally:
         for s, handler in handlers.items():

@@ -36,6 +36,15 @@ needs_gpt2 = pytest.mark.skipif(not gpt2_available(), reason="GPT-2 BPE files ar
                                 "put tiktoken's cache in ../shared/tiktoken_cache or set TIKTOKEN_CACHE_DIR")
 
 
+def error_of(call, *args, **kwargs):
+    """The message of the SystemExit that call raises, checked to be one line starting 'error: '."""
+    with pytest.raises(SystemExit) as e:
+        call(*args, **kwargs)
+    message = str(e.value.code)
+    assert message.startswith("error: ") and "\n" not in message
+    return message
+
+
 @pytest.fixture(scope="session")
 def shakespeare_text():
     """tiny Shakespeare when ../shared has it, else a generated text with a similar alphabet."""

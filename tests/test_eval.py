@@ -14,6 +14,7 @@ import torch
 from torch.nn import functional as F
 
 import ablate
+import data
 import eval as evaluation
 import prepare_data
 import train
@@ -69,7 +70,7 @@ def own_loglikelihood(model, context_ids, continuation_ids):
 
 def test_loglikelihood_is_minus_the_summed_cross_entropy_of_models_own_forward(model_meta):
     model, meta = model_meta
-    lm, encode = adapter(model_meta), prepare_data.get_tokenizer(meta)[0]
+    lm, encode = adapter(model_meta), data.get_tokenizer(meta)[0]
     pairs = [(q, c) for q in QUESTIONS[:3] for c in CHOICES]
     for (context, continuation), (logp, greedy) in zip(pairs, lm.loglikelihood(requests("loglikelihood", *pairs))):
         want, want_greedy = own_loglikelihood(model, encode(context), encode(continuation))
@@ -91,7 +92,7 @@ def test_every_mode_and_block_family_scores_as_its_own_forward_pass(model_meta, 
     torch.manual_seed(0)
     model = GPT(GPTConfig(arch=arch, norm_mode=norm_mode, n_layer=2, n_head=2, n_embd=32, block_size=32,
                           vocab_size=len(meta["chars"]), multiple_of=16)).eval()
-    encode = prepare_data.get_tokenizer(meta)[0]
+    encode = data.get_tokenizer(meta)[0]
     pairs = [(q, c) for q in QUESTIONS[:4] for c in CHOICES[:2]]
     one, eight = (adapter((model, meta), size).loglikelihood(requests("loglikelihood", *pairs)) for size in (1, 8))
     want = [own_loglikelihood(model, encode(context), encode(continuation)) for context, continuation in pairs]
@@ -102,7 +103,7 @@ def test_every_mode_and_block_family_scores_as_its_own_forward_pass(model_meta, 
 
 def test_is_greedy_holds_exactly_for_the_greedy_continuation(model_meta):
     model, meta = model_meta
-    encode, decode = prepare_data.get_tokenizer(meta)
+    encode, decode = data.get_tokenizer(meta)
     context = QUESTIONS[2]
     greedy = decode(model.generate(torch.tensor([encode(context)]), 6, temperature=0)[0, -6:].tolist())
     other = next(c for c in meta["chars"] if c != greedy[-1])
@@ -113,7 +114,7 @@ def test_is_greedy_holds_exactly_for_the_greedy_continuation(model_meta):
 
 def test_a_context_beyond_block_size_is_cut_from_the_left(model_meta):
     model, meta = model_meta
-    encode = prepare_data.get_tokenizer(meta)[0]
+    encode = data.get_tokenizer(meta)[0]
     context, continuation = "\n".join(QUESTIONS), " thee."  # 113 characters, the window 32
     (logp, greedy), = adapter(model_meta).loglikelihood(requests("loglikelihood", (context, continuation)))
     kept = encode(context)[-(32 + 1 - len(continuation)):]  # the window's 32 inputs + the last target
@@ -122,7 +123,7 @@ def test_a_context_beyond_block_size_is_cut_from_the_left(model_meta):
 
 def test_rolling_is_the_whole_text_loglikelihood_in_disjoint_windows(model_meta):
     model, meta = model_meta
-    encode = prepare_data.get_tokenizer(meta)[0]
+    encode = data.get_tokenizer(meta)[0]
     start = encode("\n")  # a character table's start token
     short, long = QUESTIONS[0], "\n".join(QUESTIONS[:4])  # 15 and 71 characters: one window, and three
     rolled = adapter(model_meta).loglikelihood_rolling(requests("loglikelihood_rolling", (short,), (long,)))
@@ -135,7 +136,7 @@ def test_rolling_is_the_whole_text_loglikelihood_in_disjoint_windows(model_meta)
 
 def test_generate_until_is_greedy_generate_cut_at_the_first_stop_string(model_meta):
     model, meta = model_meta
-    encode, decode = prepare_data.get_tokenizer(meta)
+    encode, decode = data.get_tokenizer(meta)
     context = QUESTIONS[1]
     greedy = decode(model.generate(torch.tensor([encode(context)]), 12, temperature=0)[0, -12:].tolist())
     stop = greedy[7:9]
@@ -173,7 +174,7 @@ ROLL_DOCS = [dict(text=q.replace("\n", " ")) for q in QUESTIONS]
 def ll_docs(model_meta):
     """lambada's kind: a context and its last word; two of them are the model's greedy continuations."""
     model, meta = model_meta
-    encode, decode = prepare_data.get_tokenizer(meta)
+    encode, decode = data.get_tokenizer(meta)
     greedy = [decode(model.generate(torch.tensor([encode(q)]), 3, temperature=0)[0, -3:].tolist()) for q in QUESTIONS[:2]]
     return ([dict(context=q, word=g) for q, g in zip(QUESTIONS, greedy)]
             + [dict(context=q.rsplit(" ", 1)[0], word=" " + q.rsplit(" ", 1)[1]) for q in QUESTIONS[2:]])
@@ -229,7 +230,7 @@ def evaluated(out_dir, tasks_dir):
 
 def test_end_to_end_scores_equal_those_of_models_own_forward(evaluated, model_meta, ll_docs):
     model, meta = model_meta
-    want = expected_scores(model, prepare_data.get_tokenizer(meta)[0], ll_docs)
+    want = expected_scores(model, data.get_tokenizer(meta)[0], ll_docs)
     assert want[("tiny_ll", "acc")] >= 2 / 6  # the greedy continuations are counted
     assert metrics_of(evaluated) == pytest.approx(want)
 
@@ -247,7 +248,7 @@ def test_limit_scores_only_the_first_examples(out_dir, tasks_dir, model_meta, ll
                               "--limit=3", "--device=cpu"])
     model, meta = model_meta
     assert report["n_samples"]["tiny_mc"]["effective"] == 3
-    want = expected_scores(model, prepare_data.get_tokenizer(meta)[0], ll_docs, n=3)
+    want = expected_scores(model, data.get_tokenizer(meta)[0], ll_docs, n=3)
     assert metrics_of(report) == pytest.approx({k: v for k, v in want.items() if k[0] == "tiny_mc"})
 
 
@@ -338,7 +339,7 @@ def test_train_fine_tunes_gpt2_and_resumes(gpt2_dir, shakespeare_text, tmp_path)
 def test_eval_scores_a_local_gpt2_as_the_reference_row(gpt2_dir, tasks_dir, ll_docs, tmp_path):
     report = evaluation.main([f"--init_from={gpt2_dir[0]}", f"--out_dir={tmp_path}", "--device=cpu",
                               "--tasks=tiny_mc,tiny_ll,tiny_roll", f"--include_path={tasks_dir}"])
-    model, encode = from_gpt2(str(gpt2_dir[0])).eval(), prepare_data.get_tokenizer(evaluation.GPT2_META)[0]
+    model, encode = from_gpt2(str(gpt2_dir[0])).eval(), data.get_tokenizer(data.GPT2_META)[0]
     want = expected_scores(model, encode, ll_docs, start="<|endoftext|>")
     assert metrics_of(report) == pytest.approx(want) and report["model"]["source"] == str(gpt2_dir[0])
 

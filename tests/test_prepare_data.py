@@ -1,4 +1,4 @@
-"""prepare_data.py: shard format, round trips, splits, atomic and idempotent builds, offline errors."""
+"""prepare_data.py: round trips, splits, atomic and idempotent builds, offline errors."""
 import hashlib
 import itertools
 import json
@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import prepare_data
-from conftest import ROOT, SHARED, needs_gpt2
-from prepare_data import get_tokenizer, load_meta, prepare, read_shard, write_shard
+from conftest import ROOT, SHARED, error_of, needs_gpt2
+from data import get_batch, get_tokenizer, load_meta, read_shard
+from prepare_data import prepare
 
 TINY_SHAKESPEARE = SHARED / "data" / "tinyshakespeare.txt"
 
@@ -28,14 +29,6 @@ def split_tokens(out, split):
 def split_text(out, split):
     """The decoded text of one split of a prepared folder, shards in order."""
     return get_tokenizer(load_meta(out))[1](split_tokens(out, split))
-
-
-def error_of(call, *args, **kwargs):
-    with pytest.raises(SystemExit) as e:
-        call(*args, **kwargs)
-    message = str(e.value.code)
-    assert message.startswith("error: ") and "\n" not in message
-    return message
 
 
 @pytest.fixture
@@ -55,35 +48,6 @@ def docs_jsonl(tmp_path):
     return path, docs
 
 
-# ----------------------------------------------------------------------------- shard format
-
-def test_write_shard_writes_the_modded_nanogpt_layout_and_read_shard_reads_it_back(tmp_path):
-    tokens = np.array([0, 1, 50256, 65535, 7], dtype=np.int64)
-    write_shard(tmp_path / "s.bin", tokens)
-    header = np.zeros(256, np.int32)  # built by hand as modded-nanogpt's fineweb.py does
-    header[:3] = 20240520, 1, len(tokens)
-    assert (tmp_path / "s.bin").read_bytes() == header.tobytes() + tokens.astype(np.uint16).tobytes()
-    shard = read_shard(tmp_path / "s.bin")
-    assert shard.dtype == np.uint16 and shard.tolist() == tokens.tolist() and not shard.flags.writeable
-    assert list(tmp_path.iterdir()) == [tmp_path / "s.bin"]  # the temporary file was renamed away
-
-
-@pytest.mark.parametrize("damage, why", [(lambda b: b[:1000], "header"), (lambda b: b[:-2], "promises"),
-                                         (lambda b: b"\0\0\0\0" + b[4:], "magic")])
-def test_read_shard_rejects_a_damaged_file_naming_the_fix(tmp_path, damage, why):
-    path = tmp_path / "shakespeare" / "train_000000.bin"
-    path.parent.mkdir()
-    write_shard(path, np.arange(100))
-    path.write_bytes(damage(path.read_bytes()))
-    message = error_of(read_shard, path)
-    assert "not a valid token shard" in message and why in message and "--force" in message
-
-
-def test_write_shard_refuses_ids_beyond_uint16(tmp_path):
-    assert "65535" in error_of(write_shard, tmp_path / "s.bin", [1, 65536])
-    assert not any(tmp_path.iterdir())
-
-
 # ----------------------------------------------------------------------------- tokenizers and round trips
 
 def test_char_round_trip_and_nanogpt_split(tmp_path, shakespeare_file, shakespeare_text):
@@ -93,12 +57,6 @@ def test_char_round_trip_and_nanogpt_split(tmp_path, shakespeare_file, shakespea
     assert meta["tokenizer"] == "char" and meta["eot_token"] is None
     assert split_text(out, "train") == shakespeare_text[:n] and split_text(out, "val") == shakespeare_text[n:]
     assert meta["tokens"] == {"train": n, "val": len(shakespeare_text) - n}
-
-
-def test_char_tokenizer_names_the_characters_it_does_not_know():
-    encode, decode = get_tokenizer({"tokenizer": "char", "chars": "abc"})
-    assert decode(encode("cab")) == "cab"
-    assert error_of(encode, "a€bé") == "error: characters not in this model's vocabulary: 'é', '€'"
 
 
 @needs_gpt2
@@ -363,12 +321,6 @@ def test_failed_shakespeare_download_says_to_use_input(tmp_path, monkeypatch):
     assert "--input path/to/input.txt" in error_of(prepare, "shakespeare_char", tmp_path / "out")
 
 
-def test_load_meta_of_an_unprepared_folder_gives_the_command(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert error_of(load_meta, "data/shakespeare_char") == (
-        "error: data/shakespeare_char is not prepared (no meta.json): run  python prepare_data.py shakespeare_char")
-
-
 def test_command_line_help_and_errors():
     run = lambda *args: subprocess.run([sys.executable, "prepare_data.py", *args], cwd=ROOT, capture_output=True,
                                        text=True, env={**os.environ, "PYTHONPATH": ""})
@@ -400,7 +352,7 @@ def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path, monk
     assert [s["sha256"] for s in meta["shards"]["val"]] == [hashlib.sha256(before["fineweb_val_000000.bin"]).hexdigest()]
     cfg = types.SimpleNamespace(data_dir=str(tmp_path / "data"), dataset="fineweb", block_size=16, batch_size=8)
     _, data = train.load_dataset(cfg, master=True)
-    x, y = prepare_data.get_batch(data["train"], np.random.default_rng(1), cfg, "cpu")
+    x, y = get_batch(data["train"], np.random.default_rng(1), cfg, "cpu")
     stream = np.concatenate([written["fineweb_train_000001.bin"], written["fineweb_train_000002.bin"]])
     for row_x, row_y in zip(x.numpy(), y.numpy()):
         starts = [i for i in range(len(stream) - 16) if (stream[i:i + 16] == row_x).all()]

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import configurator
-import prepare_data
 import sample
 import train
 from conftest import ROOT, needs_gpt2
+from data import get_tokenizer, load_meta
 from model import ARCHS, GPT, GPTConfig, NORM_MODES, sample_next
 
 V, BLOCK = 37, 16
@@ -278,7 +278,6 @@ def test_top_k_larger_than_the_vocabulary_keeps_every_token(tmp_path):
 
 @needs_gpt2
 def test_stream_never_prints_half_a_character(capsys):
-    from prepare_data import get_tokenizer
     encode, decode = get_tokenizer(dict(tokenizer="gpt2"))
     ids = encode("naïve café: 日本語 €5 🙂!")
     assert any("\ufffd" in decode([i]) for i in ids)  # some characters span several tokens
@@ -362,7 +361,7 @@ def test_sample_from_a_checkpoint_written_by_train(tmp_path, data_dir, shakespea
     train.main([f"--data_dir={data_dir}", "--dataset=tiny", f"--out_dir={tmp_path / 'out'}", "--device=cpu",
                 "--norm_mode=geonorm", "--n_layer=2", "--n_head=4", "--n_embd=32", "--block_size=16", "--batch_size=4",
                 "--max_iters=4", "--eval_interval=2", "--eval_iters=1", "--compile=False"])
-    chars, start = set(prepare_data.load_meta(data_dir / "tiny")["chars"]), shakespeare_text[:8]
+    chars, start = set(load_meta(data_dir / "tiny")["chars"]), shakespeare_text[:8]
     folder, greedy = tmp_path / "out", (f"--start={start}", "--temperature=0", "--max_new_tokens=9")
     (text,) = run(folder, f"--start={start}", "--max_new_tokens=50", "--top_k=5", "--top_p=0.9")  # past block_size
     assert text.startswith(start) and len(text) == 8 + 50 and set(text) <= chars

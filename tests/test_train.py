@@ -19,8 +19,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 import configurator
-import prepare_data
 import train
+from data import load_meta
 from model import ARCHS, GPT, GPTConfig, NORM_MODES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,7 +64,7 @@ def test_a_tiny_run_learns_and_writes_a_valid_log_and_checkpoint(data_dir, tmp_p
 
     ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert {"model", "optimizer", "model_args", "iter_num", "best_val_loss", "config", "meta"} <= set(ckpt)
-    assert ckpt["iter_num"] == 30 and ckpt["meta"] == prepare_data.load_meta(data_dir / "tiny")
+    assert ckpt["iter_num"] == 30 and ckpt["meta"] == load_meta(data_dir / "tiny")
     assert ckpt["best_val_loss"] == min(e["val_loss"] for e in evals) == log[-1]["best_val_loss"]
     model = GPT(GPTConfig(**ckpt["model_args"]))
     model.load_state_dict(ckpt["model"])  # strict: no prefixes, nothing missing

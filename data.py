@@ -1,0 +1,162 @@
+"""The data every script reads: token shards, meta.json, tokenizers, batches, and how a file is written.
+
+A shard is llm.c / modded-nanogpt's format: a 256 x int32 header (magic 20240520, version 1,
+token count), then the tokens as uint16. meta.json, written last by prepare_data.py, marks a folder
+as complete. get_batch draws train.py's batches from the shards. No torch at import: prepare_data.py
+runs with numpy alone.
+"""
+import hashlib
+import json
+import math
+import os
+import pathlib
+
+import numpy as np
+
+MAGIC, VERSION, HEADER_BYTES = 20240520, 1, 1024
+DATASETS = {  # name: (default tokenizer, one line for prepare_data.py --help)
+    "shakespeare_char": ("char", "tiny Shakespeare by characters (nanoGPT's classic): --input FILE or downloaded"),
+    "shakespeare": ("gpt2", "tiny Shakespeare, GPT-2 BPE: --input FILE or downloaded"),
+    "pystdlib": ("char", "this Python's standard library sources, tests left out: offline, the default corpus"),
+    "fineweb_edu": ("gpt2", "HuggingFaceFW/fineweb-edu sample-10BT streamed from the hub; "
+                            "cap it with --num_tokens"),
+    "openwebtext": ("gpt2", "Skylion007/openwebtext (nanoGPT's) streamed from the hub"),
+    "text": ("gpt2", "local --input files or globs: .txt (a document per file), .jsonl, .json, .parquet"),
+    "shards": ("gpt2", "existing GPT-2 shards, e.g. modded-nanogpt's FineWeb (--input 'dir/*.bin'): "
+                       "indexed in place"),
+}
+GPT2_META = dict(tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None)  # OpenAI's GPT-2's tokens
+
+
+def first_line(e):
+    """An exception as one line: its type and the first line of its message."""
+    return f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
+
+
+# ----------------------------------------------------------------------------- writing files
+
+def atomic_write(path, *chunks):
+    """Write to a temporary name in the same folder, fsync, then rename: no reader sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        for chunk in chunks:
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_json(path, obj):
+    atomic_write(path, json.dumps(obj, indent=1, ensure_ascii=False).encode())
+
+
+# ----------------------------------------------------------------------------- shards and meta.json
+
+def write_shard(path, tokens):
+    """Write tokens as one shard, atomically; returns the file's sha256 for meta.json."""
+    tokens = np.asarray(tokens)
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= 2**16):
+        raise SystemExit(f"error: token ids {tokens.min()}..{tokens.max()} do not fit a uint16 shard (0..65535); "
+                         "use a tokenizer with a smaller vocabulary")
+    tokens = np.ascontiguousarray(tokens, dtype=np.uint16)
+    header = np.zeros(HEADER_BYTES // 4, np.int32)
+    header[:3] = MAGIC, VERSION, len(tokens)
+    atomic_write(pathlib.Path(path), header.tobytes(), tokens)
+    sha = hashlib.sha256(header.tobytes())
+    sha.update(tokens)
+    return sha.hexdigest()
+
+
+def read_shard(path):
+    """The tokens of a shard as a read-only uint16 memmap, after checking its header and size."""
+    path = pathlib.Path(path)
+
+    def invalid(why):
+        return SystemExit(f"error: {path} is not a valid token shard ({why}); "
+                          f"rebuild it with: {_prepare_command(path.parent)} --force")
+
+    try:
+        header = np.fromfile(path, dtype=np.int32, count=HEADER_BYTES // 4)
+    except OSError as e:
+        raise invalid(e.strerror)
+    if len(header) < HEADER_BYTES // 4:
+        raise invalid("shorter than its 1024-byte header")
+    if header[0] != MAGIC or header[1] != VERSION:
+        raise invalid(f"magic {header[0]} version {header[1]}, expected {MAGIC} version {VERSION}")
+    count, size = int(header[2]), path.stat().st_size
+    if count <= 0 or size != HEADER_BYTES + 2 * count:
+        raise invalid(f"{size} bytes, but the header promises {count} tokens")
+    return np.memmap(path, dtype=np.uint16, mode="r", offset=HEADER_BYTES, shape=(count,))
+
+
+def get_batch(shards, rng, cfg, device):
+    """batch_size windows of a split's shards (paths, token counts) at positions drawn by rng: inputs x
+    and their next tokens y, both (B, T), on device."""
+    import torch  # here, not on top: preparing data needs no torch
+    paths, counts = shards
+    room = np.maximum(counts - cfg.block_size, 0)  # window starts in each shard
+    ends = np.cumsum(room)
+    pos = rng.integers(ends[-1], size=cfg.batch_size)  # uniform over every window of every shard
+    shard = np.searchsorted(ends, pos, side="right")
+    offset = pos - (ends[shard] - room[shard])
+    # memmaps live for one batch: one kept open would keep every page it ever read in the RSS
+    maps = {s: read_shard(paths[s]) for s in set(shard.tolist())}
+    rows = [maps[s][o:o + cfg.block_size + 1] for s, o in zip(shard, offset)]
+    batch = torch.from_numpy(np.stack(rows).astype(np.int64))  # (B, T + 1)
+    if device.startswith("cuda"):  # pinned, so the copy overlaps the GPU's work
+        batch = batch.pin_memory()
+    batch = batch.to(device, non_blocking=True)
+    return batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+
+
+def _prepare_command(folder):
+    """The command that builds folder, for error messages; the dataset is the folder's name."""
+    folder = pathlib.Path(folder)
+    if folder.name in DATASETS and folder == pathlib.Path("data", folder.name):
+        return f"python prepare_data.py {folder.name}"
+    return f"python prepare_data.py {folder.name if folder.name in DATASETS else 'DATASET'} --out {folder}"
+
+
+def load_meta(data_dir):
+    """meta.json of a prepared folder; without it the folder is missing or its build was interrupted."""
+    try:
+        return json.loads((pathlib.Path(data_dir) / "meta.json").read_text())
+    except FileNotFoundError:
+        raise SystemExit(f"error: {data_dir} is not prepared (no meta.json): run  {_prepare_command(data_dir)}")
+    except ValueError:
+        raise SystemExit(f"error: {data_dir}/meta.json is corrupt: run  {_prepare_command(data_dir)} --force")
+
+
+def padded_vocab(meta):
+    """The model's vocabulary for a tokenizer: GPT-2's 50257 tokens padded to 50304, since matmuls run
+    faster on multiples of 64; a character table as it is."""
+    vocab = meta["vocab_size"]
+    return 64 * math.ceil(vocab / 64) if meta["tokenizer"] == "gpt2" else vocab
+
+
+# ----------------------------------------------------------------------------- tokenizers
+
+def _gpt2():
+    import tiktoken
+    try:
+        return tiktoken.get_encoding("gpt2")
+    except Exception as e:  # tiktoken downloads its BPE files on first use
+        raise SystemExit(f"error: cannot load the GPT-2 BPE files ({type(e).__name__}); offline, point "
+                         "TIKTOKEN_CACHE_DIR at a copy of tiktoken's cache, or use --tokenizer char")
+
+
+def get_tokenizer(meta):
+    """(encode, decode) for a prepared folder: encode(str) -> list[int], decode(list[int]) -> str."""
+    if meta["tokenizer"] == "gpt2":
+        enc = _gpt2()
+        return (lambda text: enc.encode(text, allowed_special={"<|endoftext|>"})), enc.decode
+    chars = meta["chars"]
+    stoi = {c: i for i, c in enumerate(chars)}
+
+    def encode(text):
+        unknown = sorted(set(text) - stoi.keys())
+        if unknown:
+            raise SystemExit(f"error: characters not in this model's vocabulary: {', '.join(map(repr, unknown))}")
+        return [stoi[c] for c in text]
+
+    return encode, lambda ids: "".join(chars[i] for i in ids)

@@ -1,0 +1,80 @@
+"""data.py: the shard format, meta.json, tokenizers, the vocabulary padding, and no torch at import."""
+import ast
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, error_of
+from data import GPT2_META, first_line, get_tokenizer, load_meta, padded_vocab, read_shard, write_shard
+
+
+# ----------------------------------------------------------------------------- shard format
+
+def test_write_shard_writes_the_modded_nanogpt_layout_and_read_shard_reads_it_back(tmp_path):
+    tokens = np.array([0, 1, 50256, 65535, 7], dtype=np.int64)
+    write_shard(tmp_path / "s.bin", tokens)
+    header = np.zeros(256, np.int32)  # built by hand as modded-nanogpt's fineweb.py does
+    header[:3] = 20240520, 1, len(tokens)
+    assert (tmp_path / "s.bin").read_bytes() == header.tobytes() + tokens.astype(np.uint16).tobytes()
+    shard = read_shard(tmp_path / "s.bin")
+    assert shard.dtype == np.uint16 and shard.tolist() == tokens.tolist() and not shard.flags.writeable
+    assert list(tmp_path.iterdir()) == [tmp_path / "s.bin"]  # the temporary file was renamed away
+
+
+@pytest.mark.parametrize("damage, why", [(lambda b: b[:1000], "header"), (lambda b: b[:-2], "promises"),
+                                         (lambda b: b"\0\0\0\0" + b[4:], "magic")])
+def test_read_shard_rejects_a_damaged_file_naming_the_fix(tmp_path, damage, why):
+    path = tmp_path / "shakespeare" / "train_000000.bin"
+    path.parent.mkdir()
+    write_shard(path, np.arange(100))
+    path.write_bytes(damage(path.read_bytes()))
+    message = error_of(read_shard, path)
+    assert "not a valid token shard" in message and why in message and "--force" in message
+
+
+def test_write_shard_refuses_ids_beyond_uint16(tmp_path):
+    assert "65535" in error_of(write_shard, tmp_path / "s.bin", [1, 65536])
+    assert not any(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------- meta.json and tokenizers
+
+def test_load_meta_of_an_unprepared_folder_gives_the_command(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert error_of(load_meta, "data/shakespeare_char") == (
+        "error: data/shakespeare_char is not prepared (no meta.json): run  python prepare_data.py shakespeare_char")
+
+
+def test_char_tokenizer_names_the_characters_it_does_not_know():
+    encode, decode = get_tokenizer({"tokenizer": "char", "chars": "abc"})
+    assert decode(encode("cab")) == "cab"
+    assert error_of(encode, "a€bé") == "error: characters not in this model's vocabulary: 'é', '€'"
+
+
+def test_gpt2_is_padded_to_a_multiple_of_64_and_a_character_table_is_not():
+    assert padded_vocab(GPT2_META) == 50304
+    assert padded_vocab(dict(tokenizer="char", vocab_size=65)) == 65
+
+
+# ----------------------------------------------------------------------------- for every script
+
+def test_first_line_is_the_type_and_the_first_line_of_the_message():
+    assert first_line(OSError("\n  no such file\nmore")) == "OSError: no such file"
+    assert first_line(ValueError()) == "ValueError: -"
+
+
+def test_data_imports_without_torch():
+    """prepare_data.py runs where only numpy and tqdm are installed (CI checks it under Python 3.10)."""
+    check = "import sys, data; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", check], cwd=ROOT).returncode == 0
+
+
+def test_only_train_imports_prepare_data():
+    """The scripts read data through data.py; train.py alone builds its default dataset with prepare_data.py."""
+    for path in ROOT.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "prepare_data" not in imported or path.name == "train.py", path.name
