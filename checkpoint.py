@@ -1,7 +1,8 @@
 """
 A run's files in out_dir: its checkpoint, whole (ckpt.pt) or sharded (the link ckpt -> the folder ckpt-STEP/),
-log.jsonl and config.json's provenance. train.py writes them; sample.py, eval.py and ablate.py read them from
-here without importing the trainer. This is the one place that knows the two checkpoint formats.
+log.jsonl and config.json's provenance. train.py writes them; sample.py and eval.py take the trained model from
+load_model, ablate.py reads the rest, none of them importing the trainer. This is the one place that knows the
+two checkpoint formats.
 """
 import json
 import os
@@ -16,10 +17,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict, get_state_dict,
                                                      set_state_dict)
 
 from configurator import first_line
+from model import GPT, GPTConfig
 from prepare_data import atomic_write
 
 warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP read by one process: meant
@@ -64,6 +67,42 @@ def load_weights(model, ckpt):
         dcp.load({"model": model.state_dict()}, checkpoint_id=ckpt["sharded"], no_dist=True)
     else:
         model.load_state_dict(unprefixed(ckpt["model"]))
+
+
+def load_model(out_dir, device):
+    """(model, meta): the model of out_dir's checkpoint, whole or sharded (saved by any number of processes), on
+    device and in eval mode, less any vocabulary padding, and its dataset's metadata. For every reader of a
+    trained run; a folder or checkpoint missing, unreadable or not fitting model.py is a one-line error."""
+    if not os.path.isdir(out_dir):
+        raise SystemExit(f"error: no folder {out_dir}; train a model into it first: "
+                         f"python train.py --out_dir={out_dir}")
+    path = find_checkpoint(out_dir)
+    if path is None:
+        raise SystemExit(f"error: no checkpoint in {out_dir} (ckpt.pt or ckpt/); "
+                         "train.py writes one when it evaluates")
+    try:
+        ckpt = read_checkpoint(path)
+    except Exception as e:
+        raise SystemExit(f"error: {path} is not a readable checkpoint ({first_line(e)}); "
+                         f"it may be truncated or from elsewhere: train again or copy it again")
+    try:
+        model = GPT(GPTConfig(**ckpt["model_args"])).to(device)
+        load_weights(model, ckpt)
+        meta = ckpt["meta"]
+        vocab_size = meta["vocab_size"]
+    except (Exception, dcp.CheckpointException) as e:  # DCP's exception is a BaseException
+        raise SystemExit(f"error: {path} does not fit this model.py ({first_line(e)}); train it again")
+    if vocab_size < model.config.vocab_size:  # e.g. GPT-2's 50257 padded to 50304: the padding ids
+        model.lm_head.weight = nn.Parameter(model.lm_head.weight[:vocab_size])  # have no text, never sample them
+    return model.eval(), meta
+
+
+def start_token(meta):
+    """The token a text without a prompt starts after: GPT-2's <|endoftext|>, else a character vocabulary's
+    newline (its index in the sorted table); None when the vocabulary has neither."""
+    if meta["eot_token"] is not None:
+        return meta["eot_token"]
+    return meta["chars"].index("\n") if "\n" in meta["chars"] else None
 
 
 def restore(model, optimizer, ckpt, out_dir):

@@ -32,7 +32,6 @@ import checkpoint
 import configurator
 import prepare_data
 from model import from_gpt2
-from sample import load_checkpoint, prompt_ids
 
 try:  # only eval.py needs the harness: its absence is one line in main, and --help still works
     import lm_eval
@@ -73,7 +72,10 @@ class GPTAdapter(TemplateLM):
         super().__init__()
         self.model, self.meta, self.batch_size = model, meta, batch_size
         self.encode, self.decode = prepare_data.get_tokenizer(meta)
-        self.start = prompt_ids("", self.encode, meta)[0]  # <|endoftext|>, or a character table's newline
+        self.start = checkpoint.start_token(meta)  # <|endoftext|>, or a character table's newline
+        if self.start is None:
+            raise SystemExit("error: this character vocabulary has neither <|endoftext|> nor a newline to start "
+                             "a text after: the tasks need a BPE model, trained on --tokenizer gpt2 data")
         self.autocast = configurator.autocast(device, dtype)
         self._device, self._rank, self._world_size = torch.device(device), rank, world_size
 
@@ -232,9 +234,12 @@ def main(argv=None):
     try:
         manager = task_manager(s["include_path"], names)
         if s["init_from"] == "resume":
-            model, meta = load_checkpoint(s["out_dir"], device)
+            model, meta = checkpoint.load_model(s["out_dir"], device)
         else:
-            model, meta = from_gpt2(s["init_from"]).to(device).eval(), GPT2_META
+            try:
+                model, meta = from_gpt2(s["init_from"]).to(device).eval(), GPT2_META
+            except ValueError as e:  # model.py's one line: transformers missing, no such GPT-2
+                raise SystemExit(f"error: {e}")
         lm = GPTAdapter(model, meta, device, configurator.pick_dtype(s["dtype"], device), s["batch_size"], rank, world)
         t0 = time.time()
         try:
