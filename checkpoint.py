@@ -1,8 +1,8 @@
 """
 A run's files in out_dir: its checkpoint, whole (ckpt.pt) or sharded (the link ckpt -> the folder ckpt-STEP/),
-log.jsonl and config.json's provenance. train.py writes them; sample.py and eval.py take the trained model from
-load_model, ablate.py reads the rest, none of them importing the trainer. This is the one place that knows the
-two checkpoint formats.
+log.jsonl and config.json's provenance. train.py writes them; sample.py and eval.py take the trained model
+from load_model, ablate.py reads the rest, none of them importing the trainer. This is the one place that
+knows the two checkpoint formats.
 """
 import json
 import os
@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict, get_state_dict,
-                                                     set_state_dict)
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
+                                                     get_state_dict, set_state_dict)
 
 from configurator import first_line
 from model import GPT, GPTConfig
@@ -36,8 +36,8 @@ def find_checkpoint(out_dir):
 
 
 def read_checkpoint(path):
-    """find_checkpoint's path as a dict: ckpt.pt's, its tensors mapped, not read (the processes of a node share
-    one copy in the page cache), or a sharded checkpoint's run.json with its folder under 'sharded'."""
+    """find_checkpoint's path as a dict: ckpt.pt's, its tensors mapped, not read (the processes of a node
+    share one copy in the page cache), or a sharded checkpoint's run.json with its folder under 'sharded'."""
     if path.is_dir():
         return json.loads((path / "run.json").read_text()) | {"sharded": str(path.resolve())}
     return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
@@ -47,16 +47,17 @@ def load_checkpoint(out_dir):
     """out_dir's checkpoint (read_checkpoint's dict) for init_from='resume', else a one-line error."""
     path = find_checkpoint(out_dir)
     if path is None:
-        sys.exit(f"error: init_from='resume' but {out_dir} holds no checkpoint (ckpt.pt or ckpt/): set out_dir, "
-                 "or train from scratch first")
+        sys.exit(f"error: init_from='resume' but {out_dir} holds no checkpoint (ckpt.pt or ckpt/): "
+                 "set out_dir, or train from scratch first")
     try:
         return read_checkpoint(path)
     except Exception as e:
-        sys.exit(f"error: cannot load {path} ({type(e).__name__}): delete it and train with init_from='scratch'")
+        sys.exit(f"error: cannot load {path} ({type(e).__name__}): "
+                 "delete it and train with init_from='scratch'")
 
 
 def unprefixed(weights):
-    """A whole checkpoint's model weights without the key prefixes of torch.compile and DDP (nanoGPT's have them)."""
+    """A whole checkpoint's model weights less torch.compile's and DDP's key prefixes (nanoGPT's have them)."""
     return {re.sub(r"^(_orig_mod\.|module\.)+", "", k): v for k, v in weights.items()}
 
 
@@ -70,9 +71,9 @@ def load_weights(model, ckpt):
 
 
 def load_model(out_dir, device):
-    """(model, meta): the model of out_dir's checkpoint, whole or sharded (saved by any number of processes), on
-    device and in eval mode, less any vocabulary padding, and its dataset's metadata. For every reader of a
-    trained run; a folder or checkpoint missing, unreadable or not fitting model.py is a one-line error."""
+    """(model, meta): the model of out_dir's checkpoint, whole or sharded (saved by any number of processes),
+    on device and in eval mode, less any vocabulary padding, and its dataset's metadata. For every reader of
+    a trained run; a folder or checkpoint missing, unreadable or not fitting model.py is a one-line error."""
     if not os.path.isdir(out_dir):
         raise SystemExit(f"error: no folder {out_dir}; train a model into it first: "
                          f"python train.py --out_dir={out_dir}")
@@ -92,8 +93,8 @@ def load_model(out_dir, device):
         vocab_size = meta["vocab_size"]
     except (Exception, dcp.CheckpointException) as e:  # DCP's exception is a BaseException
         raise SystemExit(f"error: {path} does not fit this model.py ({first_line(e)}); train it again")
-    if vocab_size < model.config.vocab_size:  # e.g. GPT-2's 50257 padded to 50304: the padding ids
-        model.lm_head.weight = nn.Parameter(model.lm_head.weight[:vocab_size])  # have no text, never sample them
+    if vocab_size < model.config.vocab_size:  # e.g. GPT-2's 50257 padded to 50304: the padding ids have no
+        model.lm_head.weight = nn.Parameter(model.lm_head.weight[:vocab_size])  # text, never sample them
     return model.eval(), meta
 
 
@@ -106,9 +107,10 @@ def start_token(meta):
 
 
 def restore(model, optimizer, ckpt, out_dir):
-    """Load a checkpoint, whole or sharded, into the model and AdamW, whole or sharded: each process takes its
-    own part of ckpt.pt's tensors, or DCP reads the parts it needs of a sharded one, saved by any number of
-    processes. The moments of then, the hyperparameters of now (not the saved weight decay, betas, fused flag)."""
+    """Load a checkpoint, whole or sharded, into the model and AdamW, whole or sharded: each process
+    takes its own part of ckpt.pt's tensors, or DCP reads the parts it needs of a sharded one, saved by
+    any number of processes. The moments of then, the hyperparameters of now (not the saved weight
+    decay, betas, fused flag)."""
     now = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     state = ckpt
     try:
@@ -127,10 +129,11 @@ def restore(model, optimizer, ckpt, out_dir):
 
 def save_checkpoint(out_dir, model, optimizer, fields, sharded, master):
     """Whole (ddp): the master torch.saves ckpt.pt to a temporary file, fsyncs and renames it; the optimizer
-    state is keyed by parameter name, as fsdp's, so either kind resumes under the other. Sharded (fsdp): with
-    torch.distributed.checkpoint every process writes its own shards into out_dir/ckpt-STEP/ (none gathers
-    the whole state), the master adds run.json (fields) and points the link out_dir/ckpt at the folder by
-    one atomic rename. A kill at any moment leaves a whole checkpoint, the old or the new; then the rest go."""
+    state is keyed by parameter name, as fsdp's, so either kind resumes under the other. Sharded (fsdp):
+    with torch.distributed.checkpoint every process writes its own shards into out_dir/ckpt-STEP/ (none
+    gathers the whole state), the master adds run.json (fields) and points the link out_dir/ckpt at the
+    folder by one atomic rename. A kill at any moment leaves a whole checkpoint, the old or the new; then
+    the rest go."""
     if sharded:
         folder = out_dir / f"ckpt-{fields['iter_num']}"  # left by a save cut short? DCP overwrites it
         dcp.save(dict(zip(("model", "optimizer"), get_state_dict(model, optimizer))), checkpoint_id=folder)
