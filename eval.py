@@ -32,7 +32,6 @@ import checkpoint
 import configurator
 import data
 from model import from_gpt2
-from sample import load_checkpoint, prompt_ids
 
 try:  # only eval.py needs the harness: its absence is one line in main, and --help still works
     import lm_eval
@@ -70,7 +69,10 @@ class GPTAdapter(TemplateLM):
         super().__init__()
         self.model, self.meta, self.batch_size = model, meta, batch_size
         self.encode, self.decode = data.get_tokenizer(meta)
-        self.start = prompt_ids("", self.encode, meta)[0]  # <|endoftext|>, or a character table's newline
+        self.start = checkpoint.start_token(meta)  # <|endoftext|>, or a character table's newline
+        if self.start is None:
+            raise SystemExit("error: this character vocabulary has neither <|endoftext|> nor a newline to "
+                             "start a text after: the tasks need a BPE model (--tokenizer gpt2 data)")
         self.autocast = configurator.autocast(device, dtype)
         self._device, self._rank, self._world_size = torch.device(device), rank, world_size
 
@@ -96,13 +98,15 @@ class GPTAdapter(TemplateLM):
         block_size, scored = self.model.config.block_size, [None] * len(requests)
         for _, context, continuation in requests:
             if len(continuation) > block_size:
-                raise SystemExit(f"error: a continuation of {len(continuation)} tokens does not fit this model's "
-                                 f"block_size={block_size}: the task needs a model with a longer context")
+                raise SystemExit(f"error: a continuation of {len(continuation)} tokens does not fit this "
+                                 f"model's block_size={block_size}: "
+                                 "the task needs a model with a longer context")
         order = sorted(range(len(requests)), key=lambda i: -len(requests[i][1]) - len(requests[i][2]))
         batches = range(0, len(order), self.batch_size)
         for start in tqdm(batches, desc="scoring", unit="batch", disable=disable_tqdm or self.rank != 0):
             batch = order[start:start + self.batch_size]
-            windows = [((requests[i][1] + requests[i][2])[-(block_size + 1):], len(requests[i][2])) for i in batch]
+            windows = [((requests[i][1] + requests[i][2])[-(block_size + 1):], len(requests[i][2]))
+                       for i in batch]
             for i, result in zip(batch, self.score(windows)):
                 scored[i] = result
         return scored
@@ -112,7 +116,8 @@ class GPTAdapter(TemplateLM):
         """For (tokens, n) pairs of at most block_size + 1 tokens each: the summed log-probability of the
         last n tokens given those before, and whether each is the most likely one. One forward pass for
         all: shorter rows are padded on the right, where causal attention keeps it from earlier positions."""
-        x = torch.zeros(len(windows), max(len(tokens) for tokens, _ in windows) - 1, dtype=torch.long)  # (B, T)
+        longest = max(len(tokens) for tokens, _ in windows)
+        x = torch.zeros(len(windows), longest - 1, dtype=torch.long)  # (B, T)
         for row, (tokens, _) in enumerate(windows):
             x[row, :len(tokens) - 1] = torch.tensor(tokens[:-1])
         with self.autocast:
@@ -121,7 +126,8 @@ class GPTAdapter(TemplateLM):
         for row, (tokens, n) in enumerate(windows):
             logp = F.log_softmax(logits[row, len(tokens) - 1 - n:len(tokens) - 1].float(), dim=-1)  # (n, V)
             target = torch.tensor(tokens[-n:], device=logp.device)
-            results.append((logp.gather(1, target[:, None]).sum().item(), bool((logp.argmax(-1) == target).all())))
+            greedy = bool((logp.argmax(-1) == target).all())
+            results.append((logp.gather(1, target[:, None]).sum().item(), greedy))
         return results
 
     def loglikelihood_rolling(self, requests, disable_tqdm=False):
@@ -140,14 +146,16 @@ class GPTAdapter(TemplateLM):
         return totals
 
     def generate_until(self, requests, disable_tqdm=False):
-        args = tqdm([request.args for request in requests], desc="generating", disable=disable_tqdm or self.rank != 0)
+        args = tqdm([request.args for request in requests], desc="generating",
+                    disable=disable_tqdm or self.rank != 0)
         return [self.generate(context, options) for context, options in args]
 
     def generate(self, context, options):
         """A continuation of context by GPT.generate with the KV cache, greedy unless do_sample, cut before
         the first stop string (`until`, and <|endoftext|>) or after max_gen_toks tokens. The context is cut
         from the left so that it and the new tokens fit one window, as lm-eval's own models do."""
-        until = [options["until"]] if isinstance(options.get("until"), str) else list(options.get("until") or [])
+        until = options.get("until")
+        until = [until] if isinstance(until, str) else list(until or [])
         until += [self.decode([self.meta["eot_token"]])] if self.meta["eot_token"] is not None else []
         max_new = options.get("max_gen_toks", 256)
         temperature = options.get("temperature", 1.0) if options.get("do_sample") else 0.0
@@ -161,7 +169,8 @@ class GPTAdapter(TemplateLM):
 
         try:
             with self.autocast:
-                self.model.generate(torch.tensor([ids], device=self.device), max_new, temperature, on_token=on_token)
+                self.model.generate(torch.tensor([ids], device=self.device), max_new, temperature,
+                                    on_token=on_token)
         except StopGeneration:
             pass
         text = self.decode(new)
@@ -188,7 +197,8 @@ class GPTAdapter(TemplateLM):
 def check_settings(s):
     """One-line errors for values no evaluation can use, before anything is loaded."""
     if s["init_from"] == "scratch":
-        raise SystemExit("error: eval.py scores a trained model: init_from=resume (out_dir's checkpoint) or a GPT-2")
+        raise SystemExit("error: eval.py scores a trained model: "
+                         "init_from=resume (out_dir's checkpoint) or a GPT-2")
     if not [t for t in s["tasks"].split(",") if t]:
         raise SystemExit("error: no tasks: give --tasks=hellaswag,piqa,... (lm-eval's names)")
 
@@ -229,18 +239,22 @@ def main(argv=None):
     try:
         manager = task_manager(s["include_path"], names)
         if s["init_from"] == "resume":
-            model, meta = load_checkpoint(s["out_dir"], device)
+            model, meta = checkpoint.load_model(s["out_dir"], device)
         else:
-            model, meta = from_gpt2(s["init_from"]).to(device).eval(), data.GPT2_META
-        lm = GPTAdapter(model, meta, device, configurator.pick_dtype(s["dtype"], device), s["batch_size"], rank, world)
+            try:
+                model, meta = from_gpt2(s["init_from"]).to(device).eval(), data.GPT2_META
+            except ValueError as e:  # model.py's one line: transformers missing, no such GPT-2
+                raise SystemExit(f"error: {e}")
+        dtype = configurator.pick_dtype(s["dtype"], device)
+        lm = GPTAdapter(model, meta, device, dtype, s["batch_size"], rank, world)
         t0 = time.time()
         try:
-            results = lm_eval.simple_evaluate(model=lm, tasks=names, num_fewshot=s["num_fewshot"], limit=s["limit"],
-                                              task_manager=manager, bootstrap_iters=1000, log_samples=False,
-                                              fewshot_random_seed=s["seed"])
-        except ConnectionError as e:  # a task's data is not in the datasets cache, and the hub is out of reach
-            raise SystemExit(f"error: {data.first_line(e)}: offline, point a task YAML at local copies of "
-                             "the data and pass its folder as --include_path=DIR (README: Evaluation)")
+            results = lm_eval.simple_evaluate(model=lm, tasks=names, num_fewshot=s["num_fewshot"],
+                                              limit=s["limit"], task_manager=manager, bootstrap_iters=1000,
+                                              log_samples=False, fewshot_random_seed=s["seed"])
+        except ConnectionError as e:  # a task's data is not in the datasets cache, the hub out of reach
+            raise SystemExit(f"error: {data.first_line(e)}: offline, point a task YAML at local "
+                             "copies of the data and pass its folder as --include_path=DIR (README: Evaluation)")
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -8,28 +8,23 @@ The tokenizer is the one the checkpoint was trained with (its dataset's characte
 An empty --start begins at GPT-2's <|endoftext|>; a character vocabulary has no such token, so there
 it begins at a newline, and is an error if '\\n' is not in the vocabulary.
 
-Past block_size: positions are learned, so cached keys and values belong to positions 0..block_size-1.
-With the cache (use_cache=True), when the window is full its newest (block_size+1)//2 tokens are
-prefilled again at positions 0.. and generation goes on from there: the model sees between half a
-window and a full window of context. use_cache=False recomputes the last block_size tokens for every
-new token (nanoGPT's exact cropping), many times slower.
+Past block_size, use_cache=True prefills a full cache again with its newest (block_size+1)//2 tokens and
+goes on from there; use_cache=False recomputes the last block_size tokens for every new token (nanoGPT's
+exact cropping), many times slower. GPT.generate's docstring in model.py says why and how much context
+each sees.
 
 Within block_size both compute the same logits, in a different order, so they agree up to rounding:
 in float32 to 1e-6..1e-4 of the logits' scale, the same tokens unless two candidates tie that closely;
 under bf16 autocast (dtype auto on CUDA) by bf16's rounding, about 1% of that scale, enough for greedy
 or seeded samples to take different paths where two tokens are close. --dtype=float32 when they must agree.
 """
-import os
 import sys
 
 import torch
-import torch.distributed.checkpoint as dcp
-import torch.nn as nn
 
 import checkpoint
 import configurator
 from data import first_line, get_tokenizer
-from model import GPT, GPTConfig
 
 # settings: the assignments between the two rulers, read by configurator.py (python sample.py --help)
 # --------------------------------------------------------------------------------------------------
@@ -61,31 +56,6 @@ def check_settings(s):
         raise SystemExit("error: num_samples must be >= 1 and max_new_tokens >= 0")
 
 
-def load_checkpoint(out_dir, device):
-    """The model in eval mode and its dataset's metadata, from the checkpoint train.py wrote in out_dir:
-    ckpt.pt, or a sharded one (ckpt/, from any number of processes) whose model DCP reads in this process."""
-    if not os.path.isdir(out_dir):
-        raise SystemExit(f"error: no folder {out_dir}; train a model into it first: python train.py --out_dir={out_dir}")
-    path = checkpoint.find_checkpoint(out_dir)
-    if path is None:
-        raise SystemExit(f"error: no checkpoint in {out_dir} (ckpt.pt or ckpt/); train.py writes one when it evaluates")
-    try:
-        ckpt = checkpoint.read_checkpoint(path)  # only the model's tensors are read: the optimizer's stay on disk
-    except Exception as e:
-        raise SystemExit(f"error: {path} is not a readable checkpoint ({first_line(e)}); "
-                         f"it may be truncated or from elsewhere: train again or copy it again")
-    try:
-        model = GPT(GPTConfig(**ckpt["model_args"])).to(device)
-        checkpoint.load_weights(model, ckpt)
-        meta = ckpt["meta"]
-        vocab_size = meta["vocab_size"]
-    except (Exception, dcp.CheckpointException) as e:
-        raise SystemExit(f"error: {path} does not fit this model.py ({first_line(e)}); train it again")
-    if vocab_size < model.config.vocab_size:  # e.g. GPT-2's 50257 padded to 50304: the padding ids
-        model.lm_head.weight = nn.Parameter(model.lm_head.weight[:vocab_size])  # have no text, never sample them
-    return model.eval(), meta
-
-
 def read_prompt(start):
     """--start's text: FILE:path reads the file."""
     if not start.startswith("FILE:"):
@@ -101,10 +71,8 @@ def prompt_ids(text, encode, meta):
     """The prompt as token ids; an empty prompt is the start token: GPT-2's <|endoftext|>, else a newline."""
     if text:
         return encode(text)  # a character-level encode names the characters it does not know
-    if meta["eot_token"] is not None:
-        return [meta["eot_token"]]
-    if "\n" in meta["chars"]:
-        return encode("\n")
+    if (token := checkpoint.start_token(meta)) is not None:
+        return [token]
     raise SystemExit("error: an empty --start needs a start token, and this character vocabulary has neither "
                      "<|endoftext|> nor a newline; give a prompt: --start=TEXT")
 
@@ -133,7 +101,7 @@ def main(argv=None):
     check_settings(s)
     device = configurator.pick_device(s["device"])
     dtype = configurator.pick_dtype(s["dtype"], device)
-    model, meta = load_checkpoint(s["out_dir"], device)
+    model, meta = checkpoint.load_model(s["out_dir"], device)
     if s["compile"]:
         model.compile()  # in place: generate's self(...) calls go through the compiled forward
     encode, decode = get_tokenizer(meta)

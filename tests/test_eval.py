@@ -20,7 +20,7 @@ import prepare_data
 import train
 from conftest import ROOT, needs_gpt2
 from model import ARCHS, GPT, NORM_MODES, GPTConfig, from_gpt2
-from sample import load_checkpoint
+from checkpoint import load_model
 
 lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
@@ -43,7 +43,7 @@ def out_dir(data_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model_meta(out_dir):
-    return load_checkpoint(out_dir, "cpu")
+    return load_model(out_dir, "cpu")
 
 
 def adapter(model_meta, batch_size=8):

@@ -133,8 +133,8 @@ def test_a_sharded_checkpoint_resumes_on_one_process(two_processes, data_dir, tm
 
 def test_sample_reads_a_sharded_checkpoint(two_processes):
     folder = two_processes / "pre_fsdp"
-    model, meta = sample.load_checkpoint(str(folder), "cpu")
-    reference, _ = sample.load_checkpoint(str(two_processes / "pre_ddp"), "cpu")  # ckpt.pt, ~the same weights
+    model, meta = checkpoint.load_model(str(folder), "cpu")
+    reference, _ = checkpoint.load_model(str(two_processes / "pre_ddp"), "cpu")  # ckpt.pt, ~the same weights
     for (name, p), q in zip(model.state_dict().items(), reference.state_dict().values()):
         assert torch.allclose(p, q, atol=1e-5), name
     (text,) = sample.main([f"--out_dir={folder}", "--device=cpu", "--num_samples=1", "--max_new_tokens=20",
@@ -204,7 +204,7 @@ def test_a_kill_during_a_save_leaves_a_whole_checkpoint(data_dir, tmp_path, monk
         fsdp_run(data_dir, tmp_path, "--max_iters=2", "--init_from=resume", f"--parallel={second}")
     monkeypatch.undo()
     assert checkpoint.load_checkpoint(tmp_path)["iter_num"] == survivor
-    model, _ = sample.load_checkpoint(str(tmp_path), "cpu")  # every tensor there
+    model, _ = checkpoint.load_model(str(tmp_path), "cpu")  # every tensor there
     fsdp_run(data_dir, tmp_path, "--max_iters=3", "--init_from=resume")
     assert [i for i, _ in losses(tmp_path)] == [1, 2, 3]
     assert checkpoint.load_checkpoint(tmp_path)["iter_num"] == 3
@@ -223,7 +223,7 @@ def test_kill_9_in_the_middle_of_a_sharded_save(data_dir, tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert (tmp_path / "ckpt-2").is_dir() and checkpoint.load_checkpoint(tmp_path)["iter_num"] == 1
-    sample.load_checkpoint(str(tmp_path), "cpu")
+    checkpoint.load_model(str(tmp_path), "cpu")
 
 
 def test_per_block_compile_under_fsdp_trains_and_saves_as_eager(data_dir, tmp_path, monkeypatch):
@@ -236,7 +236,7 @@ def test_per_block_compile_under_fsdp_trains_and_saves_as_eager(data_dir, tmp_pa
     assert len(compiled) == 2  # each of the 2 blocks on its own (nn.Module.compile calls torch.compile)
     fsdp_run(data_dir, tmp_path / "eager", "--max_iters=3")
     assert_close(losses(tmp_path / "compiled"), losses(tmp_path / "eager"), 1e-6)
-    sample.load_checkpoint(str(tmp_path / "compiled"), "cpu")  # no _orig_mod. or wrapper prefixes in the keys
+    checkpoint.load_model(str(tmp_path / "compiled"), "cpu")  # no _orig_mod. or wrapper prefixes in the keys
 
 
 def test_out_of_memory_is_one_line_naming_the_levers(data_dir, tmp_path, monkeypatch):

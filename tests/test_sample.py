@@ -302,6 +302,7 @@ def test_help_lists_every_setting_and_the_past_block_size_choice():
     settings = configurator.read_settings(sample.__file__)
     assert all(f"\n{key} = " in result.stdout for key in settings) and len(settings) == 13
     assert "(block_size+1)//2" in result.stdout and "newline" in result.stdout
+    assert "GPT.generate's docstring" in result.stdout  # the one place that explains the cache's policy
 
 
 def test_missing_folder_is_a_one_line_error(tmp_path):
