@@ -15,7 +15,6 @@ the KV cache, and the data loader's batches/s. Any other --key=value is a train.
 vocabulary is the dataset's tokenizer's (GPT-2's 50304, padded, for fineweb_edu and the other BPE
 datasets; else 65 characters) unless --vocab_size sets it.
 """
-import argparse
 import ctypes
 import gc
 import json
@@ -34,28 +33,38 @@ from data import DATASETS, GPT2_META, get_batch, padded_vocab, write_shard
 from model import GPT, NORM_MODES
 
 TRAIN = Path(__file__).with_name("train.py")  # whose settings bench.py takes
-BENCH_SHAPE = ["--n_layer=6", "--n_head=6", "--n_embd=384", "--block_size=256", "--batch_size=8"]
+
+# settings: the assignments between the two rulers, read by configurator.py (python bench.py --help); the
+# command line sets bench_<name> as --<name>=...
+# --------------------------------------------------------------------------------------------------
+bench_modes: str | list = "all"  # the norm modes, by commas (pre,geonorm), or all; pre, the baseline, always
+bench_compile = "both"  # torch.compile the model: on, off, or both (a row each)
+bench_steps = 10  # timed steps per mode
+bench_vocab_size: int | None = None  # the random tokens' vocabulary; None: the dataset's
+bench_sample_tokens = 240  # new tokens per sampling measurement
+bench_json = False  # print the results as one JSON object
+# train.py's settings, with the defaults bench.py measures
+device = "cpu"  # cpu or cuda
+n_layer = 6
+n_head = 6
+n_embd = 384
+block_size = 256
+batch_size = 8
+# --------------------------------------------------------------------------------------------------
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--modes", default="all", help="comma-separated norm modes, or all")
-    parser.add_argument("--compile", default="both", choices=("both", "on", "off"), help="torch.compile the model")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per mode")
-    parser.add_argument("--vocab_size", type=int, help="vocabulary of the random tokens (default: the dataset's)")
-    parser.add_argument("--sample_tokens", type=int, default=240, help="new tokens per sampling measurement")
-    parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
-    args, rest = parser.parse_known_args(argv)
-    modes = list(NORM_MODES) if args.modes == "all" else args.modes.split(",")
-    unknown = [m for m in modes if m not in NORM_MODES]
-    if unknown:
-        sys.exit(f"error: unknown mode(s) {', '.join(unknown)}: choose from {', '.join(NORM_MODES)} or all")
+    """(bench.py's own settings, the modes, train.py's settings): a namespace each, less the bench_ prefix."""
+    cfg, _ = configurator.parse_settings_with(argv, __file__, TRAIN, "bench_")
+    own = [name for name in cfg if name.startswith("bench_")]
+    args = types.SimpleNamespace(**{name.removeprefix("bench_"): cfg.pop(name) for name in own})
+    modes = configurator.parse_modes(args.modes, NORM_MODES)
     if "pre" not in modes:
         modes.insert(0, "pre")  # the baseline every ratio is taken against
     if args.steps < 1:
-        sys.exit("error: --steps must be at least 1")
-    cfg, _ = configurator.parse_settings(BENCH_SHAPE + [f"--device={args.device}"] + rest, TRAIN)
+        sys.exit("error: steps must be at least 1")
+    if args.compile not in ("both", "on", "off"):
+        sys.exit(f"error: compile must be one of both, on, off, got {args.compile!r}")
     cfg["device"] = configurator.pick_device(cfg["device"])
     if args.vocab_size is None:  # the head of a 50,257-token BPE vocabulary dominates a 125M model's memory
         gpt2 = DATASETS.get(cfg["dataset"], ("char",))[0] == "gpt2"
@@ -79,9 +88,10 @@ class Runner:
     def __init__(self, mode, cfg, vocab_size, compiled):
         cfg = types.SimpleNamespace(**{**vars(cfg), "norm_mode": mode})
         torch.manual_seed(cfg.seed)
-        self.model = GPT(configurator.model_config(cfg, dict(vocab_size=vocab_size, tokenizer="char"))).to(cfg.device)
-        self.optimizer = self.model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
-                                                         cfg.device.split(":")[0])
+        config = configurator.model_config(cfg, dict(vocab_size=vocab_size, tokenizer="char"))  # no padding
+        self.model = GPT(config).to(cfg.device)
+        self.optimizer = self.model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
+                                                         (cfg.beta1, cfg.beta2), cfg.device.split(":")[0])
         self.fn = torch.compile(self.model) if compiled else self.model
         g = torch.Generator().manual_seed(0)
         data = torch.randint(0, vocab_size, (cfg.batch_size, cfg.block_size + 1), generator=g).to(cfg.device)

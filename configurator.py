@@ -132,6 +132,29 @@ def parse_settings(argv, script):
     return {name: default for name, (default, _) in settings.items()} | given, given
 
 
+def parse_settings_with(argv, script, other, prefix=""):
+    """parse_settings for a script that passes another's settings on (ablate.py: train.py's, to each run; bench.py:
+    train.py's, for its models): (all settings, those given) of both, the script's own winning a shared name.
+    Its own may be named prefix + name (ablate_modes), set as --name=... too. --help shows its own."""
+    if "--help" in argv or "-h" in argv:
+        parse_settings(argv, script)
+    own = read_settings(script)
+    settings, given = read_settings(other) | own, {}
+    for arg in argv:
+        long = "--" + prefix + arg[2:] if prefix + arg[2:].partition("=")[0] in own else arg
+        pairs = parse_arg(long, settings) if arg.startswith("--") else read_config_file(arg)
+        given.update({name: checked(name, value, settings, arg) for name, value in pairs.items()})
+    return {name: default for name, (default, _) in settings.items()} | given, given
+
+
+def parse_modes(value, known):
+    """A modes setting, all or names by commas (pre,geonorm; a list in a config file), as a list of known modes
+    in order, each once; an unknown one is a one-line error."""
+    modes = list(known) if value == "all" else value.split(",") if isinstance(value, str) else value
+    if unknown := [mode for mode in modes if mode not in known]:
+        sys.exit(f"error: unknown mode(s) {', '.join(unknown)}: choose from {', '.join(known)} or all")
+    return list(dict.fromkeys(modes))
+
 # ------------------------------------------------------------------------ what the settings select
 
 def pick_device(device):

@@ -12,6 +12,8 @@ import matplotlib.image
 import pytest
 
 import ablate
+import configurator
+import plots
 from conftest import ROOT
 from model import NORM_MODES
 
@@ -168,6 +170,24 @@ def test_ablate_settings_in_a_config_file_are_not_passed_to_train(tmp_path):
         ablate.configure([str(config)])
 
 
+def test_ablate_settings_are_checked_and_modes_parsed_as_bench_parses_them(capsys):
+    assert ablate.configure(["--modes=geonorm,pre,geonorm"])["modes"] == ["geonorm", "pre"]  # each once
+    assert configurator.parse_modes("all", NORM_MODES) == list(NORM_MODES)
+    with pytest.raises(SystemExit, match=r"unknown mode\(s\) rmsnorm: choose from post, pre"):
+        ablate.configure(["--modes=pre,rmsnorm"])
+    with pytest.raises(SystemExit, match="ablate_jobs must be at least 1, got 0"):
+        ablate.configure(["--jobs=0"])
+    with pytest.raises(SystemExit, match="ablate.py sets seed per run"):
+        ablate.configure(["--sweep=seed=1,2"])
+    plan = ablate.configure(["--seeds=3", "--lrs=1", "--ablate_jobs=2", "--eval_tasks=piqa,hellaswag"])
+    assert (plan["seeds"], plan["lrs"], plan["jobs"], plan["eval"]["tasks"]) == ([3], [1.0], 2, "piqa,hellaswag")
+    with pytest.raises(SystemExit) as exit:
+        ablate.configure(["--help"])
+    assert exit.value.code == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("Ablate the norm modes") and "\nablate_sweep = {}\n" in printed
+
+
 def test_the_llama_char_ablation_is_the_gpt2_one_on_the_llama_block():
     gpt2, llama = (ablate.configure([os.path.join(ROOT, "configs", name)])
                    for name in ("ablate_shakespeare_char.py", "ablate_llama_char.py"))
@@ -204,8 +224,8 @@ def drawn(tmp_path, monkeypatch):
             ylabel=fig.axes[0].get_ylabel(), colors={line.get_label(): line.get_color() for line in lines})
         real_finish(fig, ax, title, path)
 
-    real_finish = ablate.finish
-    monkeypatch.setattr(ablate, "finish", record)
+    real_finish = plots.finish
+    monkeypatch.setattr(plots, "finish", record)
     meta = tmp_path / "data" / "tiny" / "meta.json"
     meta.parent.mkdir(parents=True)
     meta.write_text(json.dumps(dict(tokenizer="char")))
@@ -243,20 +263,28 @@ def test_a_mode_has_one_colour_in_every_figure_and_every_ablation(drawn):
     seen = {}
     for (title, ablation), figure in figures.items():
         for mode, color in figure["colors"].items():
-            assert matplotlib.colors.to_hex(color) == matplotlib.colors.to_hex(ablate.mode_color(mode)), (title, mode)
+            assert matplotlib.colors.to_hex(color) == matplotlib.colors.to_hex(plots.mode_color(mode)), (title, mode)
             seen.setdefault(mode, set()).add(ablation)
     assert seen == {"pre": {"a"}, "geonorm": {"a", "b"}, "simplenorm": {"b"}, "deep": {"b"}}
     assert len(figures) == 10  # five figures in each of the two ablations
-    assert len({ablate.mode_color(m) for m in ablate.NORM_MODES}) == len(ablate.NORM_MODES)
+    assert len({plots.mode_color(m) for m in NORM_MODES}) == len(NORM_MODES)
+
+
+def test_thirteen_modes_have_colours_of_their_own_and_the_first_six_keep_tab10s():
+    """Room for the modes to come, each in a colour of its own; the six modes' colours are tab10's, as in the
+    figures drawn before, so those figures stay the same."""
+    assert len(set(plots.MODE_COLORS)) == len(plots.MODE_COLORS) >= 13
+    tab10 = matplotlib.colormaps["tab10"].colors
+    assert [matplotlib.colors.to_rgb(c) for c in plots.MODE_COLORS[:10]] == list(tab10)
 
 
 def test_the_variants_of_a_mode_are_shades_and_line_styles_of_its_colour():
     modes = {f"geonorm{i}": "geonorm" for i in range(12)} | {"pre": "pre"}
-    styles = ablate.styles(modes)
-    assert styles["geonorm0"][0] == matplotlib.colors.to_rgb(ablate.mode_color("geonorm"))
-    assert styles["pre"][0] == matplotlib.colors.to_rgb(ablate.mode_color("pre"))  # its first variant: the mode's own
+    styles = plots.styles(modes)
+    assert styles["geonorm0"][0] == matplotlib.colors.to_rgb(plots.mode_color("geonorm"))
+    assert styles["pre"][0] == matplotlib.colors.to_rgb(plots.mode_color("pre"))  # its first variant: the mode's own
     assert len(set(styles.values())) == len(styles)  # every variant told apart
-    hue = colorsys.rgb_to_hls(*matplotlib.colors.to_rgb(ablate.mode_color("geonorm")))[0]
+    hue = colorsys.rgb_to_hls(*matplotlib.colors.to_rgb(plots.mode_color("geonorm")))[0]
     for key in modes:
         if key != "pre":
             assert colorsys.rgb_to_hls(*styles[key][0])[0] == pytest.approx(hue, abs=1e-6), key

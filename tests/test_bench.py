@@ -77,3 +77,14 @@ def test_each_modes_peak_memory_is_measured_with_only_its_own_model_alive(monkey
     monkeypatch.setattr(bench.Runner, "peak_memory_mb", lambda self: alive.append(models() - before) or measure(self))
     rows = bench.bench_training(modes, cfg, args, compiled=False)
     assert alive == [1, 1, 1] and [r["mode"] for r in rows] == ["pre", "geonorm", "simplenorm"]
+
+
+def test_bench_reads_its_own_settings_beside_train_pys(capsys):
+    args, modes, cfg = bench.parse(["--modes=simplenorm,simplenorm", "--compile=on", "--json", "--n_layer=2"])
+    assert (modes, args.compile, args.json, cfg.n_layer, cfg.n_embd) == (["pre", "simplenorm"], "on", True, 2, 384)
+    assert not any(name.startswith("bench_") for name in vars(cfg))  # train.py's settings only
+    with pytest.raises(SystemExit, match="compile must be one of both, on, off, got 'sometimes'"):
+        bench.parse(["--compile=sometimes"])
+    with pytest.raises(SystemExit) as exit:
+        bench.parse(["--help"])
+    assert exit.value.code == 0 and "\nbench_steps = 10  # timed steps per mode\n" in capsys.readouterr().out
