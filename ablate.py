@@ -63,6 +63,7 @@ OWN = {"ablate_modes": ("all", (str, list)), "ablate_seeds": (None, (list, type(
        "ablate_lrs": (None, (list, type(None))), "ablate_sweep": ({}, (dict,)), "ablate_nproc": (1, (int,)),
        "ablate_jobs": (1, (int,)), "ablate_eval_tasks": ("", (str,)), "ablate_eval_limit": (None, (int, type(None))),
        "ablate_eval_include_path": ("", (str,)), "ablate_figures": ("", (str,))}
+LEAST = dict.fromkeys(("ablate_jobs", "ablate_nproc", "ablate_eval_limit"), 1)  # of ablate.py's own settings
 PER_RUN = ("norm_mode", "learning_rate", "min_lr", "seed", "out_dir", "init_from")  # set by ablate.py, not swept
 MODE_OF_PREFIX = {"geo_": "geonorm", "sandwich_": "sandwich", "simplenorm_": "simplenorm"}
 PREFIX_OF_MODE = {mode: prefix for prefix, mode in MODE_OF_PREFIX.items()}
@@ -100,7 +101,7 @@ def configure(argv):
             pairs = configurator.parse_arg(arg, settings) if arg.startswith("--") else configurator.read_config_file(arg)
         for key, value in pairs.items():
             if key.startswith("ablate_"):
-                value = configurator.checked(key, value, OWN, arg)
+                value = configurator.checked(key, value, OWN, arg, LEAST)
                 own[key] = own["ablate_sweep"] | value if key == "ablate_sweep" else value
             else:
                 given[key] = configurator.checked(key, value, settings, arg)

@@ -30,6 +30,8 @@ import numpy as np
 import torch
 
 import configurator
+import devices
+import measure
 import prepare_data
 from model import GPT, NORM_MODES
 
@@ -56,7 +58,7 @@ def parse(argv):
     if args.steps < 1:
         sys.exit("error: --steps must be at least 1")
     cfg, _ = configurator.parse_settings(BENCH_SHAPE + [f"--device={args.device}"] + rest, TRAIN)
-    cfg["device"] = configurator.pick_device(cfg["device"])
+    cfg["device"] = devices.pick_device(cfg["device"])
     if args.vocab_size is None:  # the head of a 50,257-token BPE vocabulary dominates a 125M model's memory
         args.vocab_size = 50304 if prepare_data.DATASETS.get(cfg["dataset"], ("char",))[0] == "gpt2" else 65
     return args, modes, types.SimpleNamespace(**cfg)
@@ -85,7 +87,7 @@ class Runner:
         g = torch.Generator().manual_seed(0)
         data = torch.randint(0, vocab_size, (cfg.batch_size, cfg.block_size + 1), generator=g).to(cfg.device)
         self.x, self.y, self.cfg = data[:, :-1], data[:, 1:], cfg
-        self.ctx = configurator.autocast(cfg.device, configurator.pick_dtype(cfg.dtype, cfg.device))
+        self.ctx = devices.autocast(cfg.device, devices.pick_dtype(cfg.dtype, cfg.device))
 
     def step(self):
         with self.ctx:
@@ -145,7 +147,7 @@ def bench_training(modes, cfg, args, compiled):
     for r in range(args.steps):
         for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # rotate who goes first
             times[mode].append(timed(runners[mode].step, cfg.device))
-    _, peak = configurator.device_peak_flops(cfg, cfg.device)
+    _, peak = measure.device_peak_flops(cfg, cfg.device)
     base, results = statistics.median(times["pre"]), []
     for mode, runner in runners.items():
         dt = statistics.median(times[mode])

@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 import checkpoint
 import configurator
+import devices
 import prepare_data
 from model import from_gpt2
 from sample import load_checkpoint, prompt_ids
@@ -55,6 +56,7 @@ seed = 1234  # lm-eval's seed for choosing few-shot examples
 device = "auto"  # 'cpu', 'cuda', 'cuda:1', 'mps'; auto: cuda when available
 dtype = "auto"  # 'float32', or 'bfloat16' autocast; auto: bfloat16 on CUDA, float32 elsewhere
 # --------------------------------------------------------------------------------------------------
+LEAST = dict(limit=1, num_fewshot=0)  # the least values of eval.py's settings
 
 GPT2_META = dict(tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None)  # OpenAI's GPT-2's tokens
 
@@ -74,7 +76,7 @@ class GPTAdapter(TemplateLM):
         self.model, self.meta, self.batch_size = model, meta, batch_size
         self.encode, self.decode = prepare_data.get_tokenizer(meta)
         self.start = prompt_ids("", self.encode, meta)[0]  # <|endoftext|>, or a character table's newline
-        self.autocast = configurator.autocast(device, dtype)
+        self.autocast = devices.autocast(device, dtype)
         self._device, self._rank, self._world_size = torch.device(device), rank, world_size
 
     @property
@@ -223,19 +225,19 @@ def headline(metrics):
 
 def main(argv=None):
     """Evaluate and write out_dir/eval.json; returns its contents (None on processes other than the first)."""
-    s, _ = configurator.parse_settings(sys.argv[1:] if argv is None else argv, __file__)
+    s, _ = configurator.parse_settings(sys.argv[1:] if argv is None else argv, __file__, LEAST)
     check_settings(s)
     if lm_eval is None:
         raise SystemExit("error: eval.py scores with EleutherAI's lm-evaluation-harness: pip install lm-eval")
     names = [t for t in s["tasks"].split(",") if t]
-    rank, world, device = configurator.setup_distributed(s["device"])
+    rank, world, device = devices.setup_distributed(s["device"])
     try:
         manager = task_manager(s["include_path"], names)
         if s["init_from"] == "resume":
             model, meta = load_checkpoint(s["out_dir"], device)
         else:
             model, meta = from_gpt2(s["init_from"]).to(device).eval(), GPT2_META
-        lm = GPTAdapter(model, meta, device, configurator.pick_dtype(s["dtype"], device), s["batch_size"], rank, world)
+        lm = GPTAdapter(model, meta, device, devices.pick_dtype(s["dtype"], device), s["batch_size"], rank, world)
         t0 = time.time()
         try:
             results = lm_eval.simple_evaluate(model=lm, tasks=names, num_fewshot=s["num_fewshot"], limit=s["limit"],

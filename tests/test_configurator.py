@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import configurator
+import measure
 import sample
 import train
 from conftest import ROOT
@@ -50,4 +51,4 @@ def test_help_prints_the_scripts_docstring_and_exits_0(script):
     ("NVIDIA GeForce RTX 4090", 165e12), ("NVIDIA GeForce RTX 3090", 71e12), ("NVIDIA RTX 6000 Ada Generation", 364e12),
     ("NVIDIA A10G", None), ("Tesla V100-SXM2-16GB", None)])  # not in the table: no MFU rather than a wrong one
 def test_the_peak_flops_of_a_gpu_are_its_longest_matching_names(gpu, peak):
-    assert configurator.peak_flops_of(gpu) == peak
+    assert measure.peak_flops_of(gpu) == peak
