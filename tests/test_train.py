@@ -20,7 +20,6 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 import configurator
 import devices
-import measure
 import prepare_data
 import train
 from model import ARCHS, GPT, GPTConfig, NORM_MODES
@@ -329,14 +328,6 @@ def test_layer_stats_measure_each_block(data_dir, tmp_path):
         assert len(s["grad_norm"]) == len(s["resid_rms"]) == len(s["angle"]) == 2
         assert s["resid_rms"] == pytest.approx([1.0, 1.0], abs=1e-4)  # geonorm keeps |x| = sqrt(d)
         assert all(0 < a < math.pi for a in s["angle"]) and all(g > 0 for g in s["grad_norm"])
-
-
-def test_rotation_angle_is_exact_for_small_and_large_angles():
-    theta = torch.tensor([1e-4, 0.5, 3.0, math.pi - 1e-3])
-    x = torch.stack([torch.ones_like(theta), torch.zeros_like(theta), torch.zeros_like(theta)], -1)  # (4, 3)
-    y = torch.stack([torch.cos(theta), torch.sin(theta), torch.zeros_like(theta)], -1) * 7.0
-    for t, xi, yi in zip(theta, x, y):
-        assert measure.rotation_angle(xi.view(1, 1, 3), yi.view(1, 1, 3)) == pytest.approx(t.item(), rel=1e-3)
 
 
 @pytest.mark.parametrize("schedule", ["cosine", "wsd"])
