@@ -61,6 +61,7 @@ ablate_eval_include_path = ""  # eval.py's --include_path: a folder of task YAML
 ablate_figures = ""
 # --------------------------------------------------------------------------------------------------
 
+LEAST = dict.fromkeys(("ablate_jobs", "ablate_nproc", "ablate_eval_limit"), 1)  # of ablate.py's own settings
 PER_RUN = ("norm_mode", "learning_rate", "min_lr", "seed", "out_dir", "init_from")  # set by ablate.py, not swept
 TRAIN, EVAL = str(Path(__file__).with_name("train.py")), str(Path(__file__).with_name("eval.py"))
 
@@ -76,15 +77,12 @@ def configure(argv):
     """The plan: ablate.py's settings, and the train.py settings given by config files and --key=value."""
     sweeps = [arg for arg in argv if arg.startswith("--sweep=")]  # each sets one key of the sweep
     argv = [arg for arg in argv if arg not in sweeps]
-    own, given = configurator.parse_settings_with(argv, __file__, TRAIN, "ablate_")
+    own, given = configurator.parse_settings(argv, __file__, LEAST, TRAIN, "ablate_")
     settings = configurator.read_settings(TRAIN)
     for arg in sweeps:
         key, _, values = arg.removeprefix("--sweep=").partition("=")
         own["ablate_sweep"] = own["ablate_sweep"] | {
             key: [configurator.parse_arg(f"--{key}={v}", settings)[key] for v in values.split(",")]}
-    for name in ("ablate_nproc", "ablate_jobs", "ablate_eval_limit"):
-        if own[name] is not None and own[name] < 1:
-            sys.exit(f"error: {name} must be at least 1, got {own[name]!r}")
     if swept := set(own["ablate_sweep"]) & set(PER_RUN):
         sys.exit(f"error: ablate.py sets {', '.join(swept)} per run: use --modes, --lrs or --seeds, not --sweep")
     unique = lambda values: list(dict.fromkeys(values))  # in order, each once: a repeated value would run twice

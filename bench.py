@@ -30,6 +30,8 @@ import torch
 
 import configurator
 from data import DATASETS, GPT2_META, get_batch, padded_vocab, write_shard
+import devices
+import measure
 from model import GPT, NORM_MODES
 
 TRAIN = Path(__file__).with_name("train.py")  # whose settings bench.py takes
@@ -55,7 +57,7 @@ batch_size = 8
 
 def parse(argv):
     """(bench.py's own settings, the modes, train.py's settings): a namespace each, less the bench_ prefix."""
-    cfg, _ = configurator.parse_settings_with(argv, __file__, TRAIN, "bench_")
+    cfg, _ = configurator.parse_settings(argv, __file__, None, TRAIN, "bench_")
     own = [name for name in cfg if name.startswith("bench_")]
     args = types.SimpleNamespace(**{name.removeprefix("bench_"): cfg.pop(name) for name in own})
     modes = configurator.parse_modes(args.modes, NORM_MODES)
@@ -65,7 +67,7 @@ def parse(argv):
         sys.exit("error: steps must be at least 1")
     if args.compile not in ("both", "on", "off"):
         sys.exit(f"error: compile must be one of both, on, off, got {args.compile!r}")
-    cfg["device"] = configurator.pick_device(cfg["device"])
+    cfg["device"] = devices.pick_device(cfg["device"])
     if args.vocab_size is None:  # the head of a 50,257-token BPE vocabulary dominates a 125M model's memory
         gpt2 = DATASETS.get(cfg["dataset"], ("char",))[0] == "gpt2"
         args.vocab_size = padded_vocab(GPT2_META) if gpt2 else 65
@@ -96,7 +98,7 @@ class Runner:
         g = torch.Generator().manual_seed(0)
         data = torch.randint(0, vocab_size, (cfg.batch_size, cfg.block_size + 1), generator=g).to(cfg.device)
         self.x, self.y, self.cfg = data[:, :-1], data[:, 1:], cfg
-        self.ctx = configurator.autocast(cfg.device, configurator.pick_dtype(cfg.dtype, cfg.device))
+        self.ctx = devices.autocast(cfg.device, devices.pick_dtype(cfg.dtype, cfg.device))
 
     def step(self):
         with self.ctx:
@@ -156,7 +158,7 @@ def bench_training(modes, cfg, args, compiled):
     for r in range(args.steps):
         for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # rotate who goes first
             times[mode].append(timed(runners[mode].step, cfg.device))
-    _, peak = configurator.device_peak_flops(cfg, cfg.device)
+    _, peak = measure.device_peak_flops(cfg, cfg.device)
     base, results = statistics.median(times["pre"]), []
     for mode, runner in runners.items():
         dt = statistics.median(times[mode])

@@ -31,6 +31,7 @@ from tqdm import tqdm
 import checkpoint
 import configurator
 import data
+import devices
 from model import from_gpt2
 
 try:  # only eval.py needs the harness: its absence is one line in main, and --help still works
@@ -54,6 +55,7 @@ seed = 1234  # lm-eval's seed for choosing few-shot examples
 device = "auto"  # 'cpu', 'cuda', 'cuda:1', 'mps'; auto: cuda when available
 dtype = "auto"  # 'float32', or 'bfloat16' autocast; auto: bfloat16 on CUDA, float32 elsewhere
 # --------------------------------------------------------------------------------------------------
+LEAST = dict(limit=1, num_fewshot=0)  # the least values of eval.py's settings
 
 class StopGeneration(Exception):
     """Raised from GPT.generate's on_token once the text holds a stop string: generation ends there."""
@@ -73,7 +75,7 @@ class GPTAdapter(TemplateLM):
         if self.start is None:
             raise SystemExit("error: this character vocabulary has neither <|endoftext|> nor a newline to "
                              "start a text after: the tasks need a BPE model (--tokenizer gpt2 data)")
-        self.autocast = configurator.autocast(device, dtype)
+        self.autocast = devices.autocast(device, dtype)
         self._device, self._rank, self._world_size = torch.device(device), rank, world_size
 
     @property
@@ -230,12 +232,12 @@ def headline(metrics):
 
 def main(argv=None):
     """Evaluate and write out_dir/eval.json; returns its contents (None on processes other than the first)."""
-    s, _ = configurator.parse_settings(sys.argv[1:] if argv is None else argv, __file__)
+    s, _ = configurator.parse_settings(sys.argv[1:] if argv is None else argv, __file__, LEAST)
     check_settings(s)
     if lm_eval is None:
         raise SystemExit("error: eval.py scores with EleutherAI's lm-evaluation-harness: pip install lm-eval")
     names = [t for t in s["tasks"].split(",") if t]
-    rank, world, device = configurator.setup_distributed(s["device"])
+    rank, world, device = devices.setup_distributed(s["device"])
     try:
         manager = task_manager(s["include_path"], names)
         if s["init_from"] == "resume":
@@ -245,7 +247,7 @@ def main(argv=None):
                 model, meta = from_gpt2(s["init_from"]).to(device).eval(), data.GPT2_META
             except ValueError as e:  # model.py's one line: transformers missing, no such GPT-2
                 raise SystemExit(f"error: {e}")
-        dtype = configurator.pick_dtype(s["dtype"], device)
+        dtype = devices.pick_dtype(s["dtype"], device)
         lm = GPTAdapter(model, meta, device, dtype, s["batch_size"], rank, world)
         t0 = time.time()
         try:

@@ -24,6 +24,7 @@ import torch
 
 import checkpoint
 import configurator
+import devices
 from data import first_line, get_tokenizer
 
 # settings: the assignments between the two rulers, read by configurator.py (python sample.py --help)
@@ -99,8 +100,8 @@ def main(argv=None):
     """Print num_samples samples (and return them) for the settings in argv (default: sys.argv)."""
     s, _ = configurator.parse_settings(sys.argv[1:] if argv is None else argv, __file__)
     check_settings(s)
-    device = configurator.pick_device(s["device"])
-    dtype = configurator.pick_dtype(s["dtype"], device)
+    device = devices.pick_device(s["device"])
+    dtype = devices.pick_dtype(s["dtype"], device)
     model, meta = checkpoint.load_model(s["out_dir"], device)
     if s["compile"]:
         model.compile()  # in place: generate's self(...) calls go through the compiled forward
@@ -108,7 +109,7 @@ def main(argv=None):
     ids = prompt_ids(read_prompt(s["start"]), encode, meta)
     x = torch.tensor([ids], dtype=torch.long, device=device)
     generator = torch.Generator(device).manual_seed(s["seed"])
-    ctx = configurator.autocast(device, dtype)
+    ctx = devices.autocast(device, dtype)
     samples = []
     for _ in range(s["num_samples"]):
         printer = StreamPrinter(decode, ids) if s["stream"] else None

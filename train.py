@@ -19,10 +19,7 @@ two), stop the run after the step in flight: no evaluation, a checkpoint at once
 SIGINT (Ctrl-C three times) stops at once, without a checkpoint.
 """
 import dataclasses
-import json
 import math
-import os
-import signal
 import sys
 import time
 import types
@@ -31,14 +28,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import checkpoint
 import configurator
+import devices
+import measure
 import prepare_data
 from data import first_line, get_batch, load_meta, write_json
 from model import GPT, from_gpt2
@@ -109,13 +105,17 @@ dtype = "auto"  # 'float32', or 'bfloat16' autocast; auto: bfloat16 on CUDA, flo
 compile: bool | None = None  # torch.compile the model; None: on CUDA only
 peak_flops = 0.0  # one device's dense bf16 FLOP/s, for MFU; 0: looked up from the GPU's name
 # --------------------------------------------------------------------------------------------------
+# the least values of train.py's own settings (GPTConfig.validate checks the model's)
+LEAST = dict(batch_size=1, gradient_accumulation_steps=1, eval_interval=1, eval_iters=1, log_interval=1,
+             max_iters=0, warmup_iters=0, lr_decay_iters=0, total_batch_size=0, learning_rate=0, min_lr=0,
+             weight_decay=0, grad_clip=0, peak_flops=0)
 
 
-# ---------------------------------------------------------------------------------------- settings
+# ------------------------------------------------------------------------------- settings and setup
 
 def configure(argv):
     """The settings as a namespace, and the checkpoint to resume from (None from scratch)."""
-    cfg, given = configurator.parse_settings(argv, __file__)
+    cfg, given = configurator.parse_settings(argv, __file__, LEAST)
     ckpt = checkpoint.load_checkpoint(cfg["out_dir"]) if cfg["init_from"] == "resume" else None
     if ckpt:  # the checkpoint's settings, except those given now
         cfg |= {k: v for k, v in ckpt["config"].items() if k in cfg and k not in given}
@@ -128,17 +128,24 @@ def accumulation_steps(cfg, world):
     """Micro-batches per process and step: the global count (or total_batch_size) split over the processes."""
     steps, tokens = cfg.gradient_accumulation_steps, cfg.batch_size * cfg.block_size
     if cfg.total_batch_size:
-        steps = cfg.total_batch_size // tokens
+        steps = tokens and cfg.total_batch_size // tokens  # tokens 0: block_size 0, which the model rejects
         if steps * tokens != cfg.total_batch_size:
-            sys.exit(f"error: total_batch_size={cfg.total_batch_size} is not a multiple of batch_size * block_size"
-                     f" = {tokens}: change one of them")
+            sys.exit(f"error: total_batch_size={cfg.total_batch_size} is not a multiple of batch_size * "
+                     f"block_size = {tokens}: change one of them")
     if steps < 1 or steps % world:
         sys.exit(f"error: {steps} micro-batches per step do not split over {world} processes: make "
                  f"gradient_accumulation_steps (or total_batch_size) a multiple of {world}")
     return steps // world
 
 
-# -------------------------------------------------------------------------------------------- data
+def setup(cfg):
+    """This process: its rank among torchrun's (a process group of its own for fsdp), device, dtype, accum."""
+    rank, world, device = devices.setup_distributed(cfg.device, cfg.backend, group=cfg.parallel == "fsdp")
+    if device.startswith("cuda"):
+        torch.set_float32_matmul_precision("high")  # TF32 matmuls
+    dtype, accum = devices.pick_dtype(cfg.dtype, device), accumulation_steps(cfg, world)
+    return devices.Process(rank, world, device, dtype, devices.autocast(device, dtype), accum)
+
 
 def load_dataset(cfg, master):
     """The dataset's meta.json, and for each split its shards' (paths, token counts)."""
@@ -152,11 +159,39 @@ def load_dataset(cfg, master):
         shards = meta["shards"][split]
         data[split] = [folder / s["file"] for s in shards], np.array([s["tokens"] for s in shards])
         if data[split][1].max() <= cfg.block_size:
-            sys.exit(f"error: the {split} shards of {folder} are shorter than block_size={cfg.block_size}: lower it")
+            sys.exit(f"error: the {split} shards of {folder} are shorter than block_size={cfg.block_size}: "
+                     "lower it")
     return meta, data
 
 
-# ---------------------------------------------------------------------------------------- training
+# -------------------------------------------------------------------------------------------- model
+
+def build_model(cfg, meta, ckpt, proc):
+    """(raw_model, train_model, eval_model, optimizer): the model fresh, from the checkpoint, or OpenAI's
+    GPT-2, whose model settings then replace cfg's (for config.json and resuming); wrapped to train and to
+    evaluate (devices.parallelize); AdamW, its state restored when resuming."""
+    torch.manual_seed(cfg.seed)
+    home = "cpu" if cfg.parallel == "fsdp" else proc.device  # fsdp moves just this process's shard there
+    if cfg.init_from in ("scratch", "resume"):
+        config = configurator.model_config(cfg, meta)
+        if ckpt:  # its vocabulary: padded, or GPT-2's own 50257 when fine-tuned from OpenAI's weights
+            config.vocab_size = ckpt["model_args"]["vocab_size"]
+        raw_model = GPT(config).to(home)
+    elif meta["tokenizer"] != "gpt2":
+        sys.exit(f"error: init_from={cfg.init_from} needs a dataset in GPT-2 BPE, and {cfg.dataset} is by "
+                 f"{meta['tokenizer']}: prepare one with prepare_data.py --tokenizer gpt2")
+    else:
+        raw_model = from_gpt2(cfg.init_from, cfg.block_size, cfg.dropout).to(home)
+        vars(cfg).update({k: v for k, v in dataclasses.asdict(raw_model.config).items() if k in vars(cfg)})
+    train_model, eval_model = devices.parallelize(raw_model, cfg, proc)
+    optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
+                                               proc.device.split(":")[0])
+    if ckpt:
+        checkpoint.restore(raw_model, optimizer, ckpt, cfg.out_dir)
+    return raw_model, train_model, eval_model, optimizer
+
+
+# ----------------------------------------------------------------------------------------- training
 
 def get_lr(step, cfg):
     """Linear warmup, then cosine (or wsd: constant, then linear) decay to min_lr at lr_decay_iters."""
@@ -174,259 +209,163 @@ def get_lr(step, cfg):
 
 
 def micro_batch(data, cfg, device, step, g):
-    """Global micro-batch g of step and the seed of its dropout masks, (x, y, seed): a function of (seed, step, g)."""
+    """Global micro-batch g of step and the seed of its dropout masks, (x, y, seed): a function of (seed, step,
+    g)."""
     rng = np.random.default_rng((cfg.seed, 0, step, g))
     return *get_batch(data["train"], rng, cfg, device), int(rng.integers(2**63))
 
 
-def train_step(model, data, cfg, ctx, device, step, rank, accum, batch):
+def train_step(model, data, cfg, proc, step, batch):
     """Forward and backward over this process's micro-batches, the first given as batch; returns their mean
     loss (a tensor) and the next step's first micro-batch. Processes x accum split the same batches alike."""
-    total = torch.zeros((), device=device)
-    for micro in range(accum):  # fsdp reduce-scatters every micro-batch's gradients: only the shards are kept
+    total, first = torch.zeros((), device=proc.device), proc.rank * proc.accum  # global index of its first
+    for micro in range(proc.accum):  # fsdp reduce-scatters every micro-batch's gradients: only shards are kept
         x, y, dropout_seed = batch
         if cfg.dropout:  # the dropout masks, torch's only random draws: a function of (seed, step, g) too
             torch.manual_seed(dropout_seed)
         if isinstance(model, DDP):  # all-reduce the gradients after the last micro-batch only
-            model.require_backward_grad_sync = micro == accum - 1
-        with ctx:
+            model.require_backward_grad_sync = micro == proc.accum - 1
+        with proc.ctx:
             _, loss = model(x, y)
         # read the next micro-batch (this step's, or the next step's first) while the device computes this one
-        g = rank * accum + micro
-        batch = micro_batch(data, cfg, device, *((step, g + 1) if micro + 1 < accum else (step + 1, rank * accum)))
-        (loss / accum).backward()
+        following = (step + 1, first) if micro + 1 == proc.accum else (step, first + micro + 1)
+        batch = micro_batch(data, cfg, proc.device, *following)
+        (loss / proc.accum).backward()
         total += loss.detach()
-    return total / accum, batch
+    return total / proc.accum, batch
 
 
 @torch.no_grad()
-def evaluate(model, data, cfg, ctx, device, rank, world):
+def evaluate(model, data, cfg, proc):
     """Mean (train, val) loss over eval_iters fixed batches per split, shared out among the processes, each
-    running as many forward passes (an fsdp forward is a collective): the few past eval_iters are not counted."""
-    losses = torch.zeros(2, device=device)
+    running as many forward passes (an fsdp forward is a collective): the few past eval_iters are not
+    counted."""
+    losses, rank, world = torch.zeros(2, device=proc.device), proc.rank, proc.world
     for i, split in enumerate(("train", "val")):
         for k in range(rank, world * math.ceil(cfg.eval_iters / world), world):
-            x, y = get_batch(data[split], np.random.default_rng((cfg.seed, 1, i, k % cfg.eval_iters)), cfg, device)
-            with ctx:
+            rng = np.random.default_rng((cfg.seed, 1, i, k % cfg.eval_iters))
+            x, y = get_batch(data[split], rng, cfg, proc.device)
+            with proc.ctx:
                 losses[i] += model(x, y)[1].float() * (k < cfg.eval_iters)
     if world > 1:
         dist.all_reduce(losses)
     return (losses / cfg.eval_iters).tolist()
 
 
-def rotation_angle(x, y):
-    """Mean angle between x and y (B, T, C) over tokens: atan2(|ŷ - (x̂·ŷ)x̂|, x̂·ŷ), exact near 0 and π."""
-    x, y = torch.nn.functional.normalize(x, dim=-1), torch.nn.functional.normalize(y, dim=-1)
-    cos = (x * y).sum(-1, keepdim=True)
-    return torch.atan2((y - cos * x).norm(dim=-1), cos.squeeze(-1)).mean().item()
+@dataclasses.dataclass
+class Progress:
+    """Where the run stands: its step, best val loss, the last step whose evaluation is in the log, and the
+    step of its last checkpoint (None: none yet)."""
+    step: int = 0
+    best_val: float = math.inf
+    evaluated: int | None = None
+    saved: int | None = None
+
+    @classmethod
+    def of(cls, ckpt):
+        """A new run's, or the checkpoint's (a stop saves before the evaluation due at its step)."""
+        s = ckpt and ckpt["iter_num"]
+        return cls(s, ckpt["best_val_loss"], s if ckpt.get("evaluated", True) else None, s) if ckpt else cls()
 
 
-def layer_stats(raw_model, x, y, ctx):
-    """Per block on one batch: its parameters' gradient norm, the RMS of the residual stream it outputs,
-    and the mean angle by which it rotates a token's vector. Forward hooks on the eager model."""
-    blocks, io = list(raw_model.transformer.h), []
-    hooks = [b.register_forward_hook(lambda m, args, out: io.append((args[0].float(), out.float()))) for b in blocks]
-    with ctx:
-        _, loss = raw_model(x, y)
-    for hook in hooks:
-        hook.remove()
-    params = [list(b.parameters()) for b in blocks]
-    grads = iter(torch.autograd.grad(loss, [p for ps in params for p in ps]))  # leaves .grad alone
-    return dict(grad_norm=[torch.stack([next(grads).float().norm() for _ in ps]).norm().item() for ps in params],
-                resid_rms=[out.pow(2).mean().sqrt().item() for _, out in io],
-                angle=[rotation_angle(inp, out) for inp, out in io])
+def save(cfg, proc, raw_model, optimizer, meta, run):
+    """The checkpoint of run's step, from every process (fsdp's save is a collective)."""
+    t0, fields = time.time(), dict(model_args=dataclasses.asdict(raw_model.config), iter_num=run.step,
+                                   evaluated=run.evaluated == run.step, best_val_loss=run.best_val,
+                                   config=vars(cfg), meta=meta)
+    fsdp = cfg.parallel == "fsdp"
+    checkpoint.save_checkpoint(Path(cfg.out_dir), raw_model, optimizer, fields, fsdp, proc.master)
+    run.saved = run.step
+    proc.say(f"checkpoint of step {run.step} saved in {time.time() - t0:.1f} s", flush=True)
 
 
-# -------------------------------------------------------------------------------------------- main
-
-def build_model(cfg, meta, ckpt, device, dtype, world):
-    """The model (wrapped for training) and its AdamW: fresh, from the checkpoint, or OpenAI's GPT-2, whose
-    model settings then replace cfg's (for config.json and resuming); and the model's GPTConfig arguments."""
-    torch.manual_seed(cfg.seed)
-    home = "cpu" if cfg.parallel == "fsdp" else device  # fsdp moves only each process's shard to the device
-    if cfg.init_from in ("scratch", "resume"):
-        config = configurator.model_config(cfg, meta)
-        if ckpt:  # its vocabulary: padded, or GPT-2's own 50257 when fine-tuned from OpenAI's weights
-            config.vocab_size = ckpt["model_args"]["vocab_size"]
-        model = GPT(config).to(home)
-    elif meta["tokenizer"] != "gpt2":
-        sys.exit(f"error: init_from={cfg.init_from} needs a dataset in GPT-2 BPE, and {cfg.dataset} is by "
-                 f"{meta['tokenizer']}: prepare one with prepare_data.py --tokenizer gpt2")
-    else:
-        model = from_gpt2(cfg.init_from, cfg.block_size, cfg.dropout).to(home)
-        config = model.config
-        vars(cfg).update({k: v for k, v in dataclasses.asdict(config).items() if k in vars(cfg)})
-    train_model, eval_model = parallelize(model, cfg, device, dtype, world)
-    optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
-                                           device.split(":")[0])
-    if ckpt:
-        checkpoint.restore(model, optimizer, ckpt, cfg.out_dir)
-    return model, train_model, eval_model, optimizer, dataclasses.asdict(config)
-
-
-def parallelize(model, cfg, device, dtype, world):
-    """Activation checkpointing per block, torch.compile, then DDP or FSDP2 (fully_shard each Block, then the
-    root). Returns (the model to train, the model to evaluate): DDP's wrapper, or the sharded model for both."""
-    compiled = device.startswith("cuda") if cfg.compile is None else cfg.compile
-    blocks, fsdp = model.transformer.h, cfg.parallel == "fsdp"
-    for i in range(len(blocks)):
-        if cfg.activation_checkpointing:  # non-reentrant: the same gradients, the RNG state replayed for dropout
-            blocks[i] = checkpoint_wrapper(blocks[i])
-        if compiled and fsdp:  # per block, as torchtitan: the sharding's collectives run between the graphs
-            blocks[i].compile()
-    if not fsdp:
-        model = torch.compile(model) if compiled else model
-        ids = [device] if device.startswith("cuda") else None
-        return (DDP(model, device_ids=ids, gradient_as_bucket_view=True) if world > 1 else model), model
-    mesh = init_device_mesh(device.split(":")[0], (world,))
-    # bf16 on CUDA: blocks gather bf16 weights and reduce fp32 gradients; their fp32 inputs, the fp32 root and autocast
-    # keep ddp's numbers but for bf16 norm gains. (CPU autocast runs layer_norm in the weights' dtype: fp32 there.)
-    bf16 = dtype == "bfloat16" and device.startswith("cuda")
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
-    for block in blocks:
-        fully_shard(block, mesh=mesh, mp_policy=mp if bf16 else MixedPrecisionPolicy())
-    fully_shard(model, mesh=mesh)
-    return model, model
-
-
-def open_log(cfg, resumed_at):
-    """Write config.json, trim log.jsonl to the checkpoint's step, and open it; and wandb when asked for."""
-    out_dir = Path(cfg.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / "config.json", dict(config=vars(cfg), **checkpoint.provenance()))  # atomically
-    checkpoint.trim_log(out_dir / "log.jsonl", -1 if resumed_at is None else resumed_at)
-    wandb = None
-    if cfg.wandb_log:
-        try:
-            import wandb
-            wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config=vars(cfg))
-        except ImportError:
-            print("wandb_log=True but wandb is not installed: logging to log.jsonl only")
-    return open(out_dir / "log.jsonl", "a"), wandb
-
+# --------------------------------------------------------------------------------------------- main
 
 def main(argv):
     cfg, ckpt = configure(argv)
-    rank, world, device = configurator.setup_distributed(cfg.device, cfg.backend, group=cfg.parallel == "fsdp")
-    master, accum, dtype = rank == 0, accumulation_steps(cfg, world), configurator.pick_dtype(cfg.dtype, device)
-    ctx = configurator.autocast(device, dtype)
-    if device.startswith("cuda"):
-        torch.set_float32_matmul_precision("high")  # TF32 matmuls
-    meta, data = load_dataset(cfg, master)
-    raw_model, train_model, model, optimizer, model_args = build_model(cfg, meta, ckpt, device, dtype, world)
-    step, best_val = (ckpt["iter_num"], ckpt["best_val_loss"]) if ckpt else (0, math.inf)
-    last_saved = step if ckpt else None
-    evaluated = step if ckpt and ckpt.get("evaluated", True) else None  # the last step whose eval is in the log
-    ckpt = None  # the model and optimizer hold what they need from it
-    tokens_per_step = cfg.batch_size * cfg.block_size * accum * world
-    gpu, peak = configurator.device_peak_flops(cfg, device)
-    say = print if master else lambda *args, **kwargs: None
-    log, wandb = open_log(cfg, last_saved) if master else (None, None)
-    say(f"{raw_model.get_num_params() / 1e6:.2f}M parameters on {gpu or device} in {dtype}, {tokens_per_step:,} tokens "
-        f"per step = {world} processes x {accum} micro-batches x {cfg.batch_size} x {cfg.block_size}"
-        + (f"; set peak_flops for MFU on a {gpu}" if gpu and not peak else ""))
-    say(configurator.memory_report(raw_model, cfg, world, dtype, device))
-
-    def record(event, **fields):  # a line of log.jsonl (and wandb), from the master process
-        if master:
-            log.write(json.dumps(dict(event=event, **fields)) + "\n")
-            log.flush()
-            if wandb:
-                wandb.log(fields, step=fields["iter"])
-
-    def save():
-        t0, fields = time.time(), dict(model_args=model_args, iter_num=step, evaluated=evaluated == step,
-                                       best_val_loss=best_val, config=vars(cfg), meta=meta)
-        checkpoint.save_checkpoint(Path(cfg.out_dir), raw_model, optimizer, fields, cfg.parallel == "fsdp", master)
-        say(f"checkpoint of step {step} saved in {time.time() - t0:.1f} s", flush=True)
-        return step
-
-    signals = []  # received: the loop stops after the step in flight, skips evaluation and saves at once
-    def on_signal(signum, frame):  # os.write, not print: a signal can land inside a print, which is not reentrant
-        signals.append(signum)
-        if signals.count(signal.SIGINT) == 3:  # the deliberate way out: SIGINT's default action, no checkpoint
-            os.write(2, b"SIGINT three times: stopping now, without a checkpoint\n")
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-        os.write(2, f"{signal.Signals(signum).name}: saving a checkpoint after this step (the third SIGINT "
-                    "stops at once)\n".encode())
-    handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    status, val_loss, step_times, train_time, first_step = None, None, [], 0.0, step
-    batch = micro_batch(data, cfg, device, step, rank * accum)  # from here on each step reads the next one's
+    proc = setup(cfg)
+    meta, data = load_dataset(cfg, proc.master)
+    raw_model, train_model, eval_model, optimizer = build_model(cfg, meta, ckpt, proc)
+    run, ckpt = Progress.of(ckpt), None  # the model and optimizer hold what they need from the checkpoint
+    if proc.master:  # config.json, atomically: the settings as run (with GPT-2's) and the code's version
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        write_json(Path(cfg.out_dir) / "config.json", dict(config=vars(cfg), **checkpoint.provenance()))
+    log = measure.Log(cfg, run.saved, proc.master)
+    proc.say(measure.banner(raw_model, cfg, proc.world, proc.accum, proc.dtype, proc.device))
+    speed = measure.Throughput(raw_model, cfg, proc.world, proc.accum, proc.device, first_step=run.step)
+    signals, status, val_loss = devices.Signals(), "finished", None
+    batch = micro_batch(data, cfg, proc.device, run.step, proc.rank * proc.accum)  # then each step the next's
     try:
         while True:
-            if (step % cfg.eval_interval == 0 or step == cfg.max_iters) and step != evaluated and not status:
-                model.eval()
-                train_loss, val_loss = evaluate(model, data, cfg, ctx, device, rank, world)
-                evaluated = step
-                record("eval", iter=step, train_loss=train_loss, val_loss=val_loss, lr=get_lr(step, cfg))
-                if cfg.log_layer_stats and master:
-                    x, y = get_batch(data["val"], np.random.default_rng((cfg.seed, 1, 1, 0)), cfg, device)
-                    record("layer_stats", iter=step, **layer_stats(raw_model, x, y, ctx))
-                model.train()
-                say(f"step {step}: train loss {train_loss:.4f}, val loss {val_loss:.4f}")
-                improved, best_val = val_loss < best_val, min(best_val, val_loss)
-                # last_saved == step: resumed from a stop's checkpoint, saved before its evaluation; record it now
-                if step > 0 and (improved or cfg.always_save_checkpoint or last_saved == step):
-                    last_saved = save()
-            if status or step >= cfg.max_iters:
+            if (run.step % cfg.eval_interval == 0 or run.step == cfg.max_iters) and run.step != run.evaluated:
+                eval_model.eval()
+                train_loss, val_loss = evaluate(eval_model, data, cfg, proc)
+                run.evaluated = run.step
+                log.record("eval", iter=run.step, train_loss=train_loss, val_loss=val_loss,
+                           lr=get_lr(run.step, cfg))
+                if cfg.log_layer_stats and proc.master:  # on the first val batch of the evaluation
+                    x, y = get_batch(data["val"], np.random.default_rng((cfg.seed, 1, 1, 0)), cfg, proc.device)
+                    log.record("layer_stats", iter=run.step, **measure.layer_stats(raw_model, x, y, proc.ctx))
+                eval_model.train()
+                proc.say(f"step {run.step}: train loss {train_loss:.4f}, val loss {val_loss:.4f}")
+                improved, run.best_val = val_loss < run.best_val, min(run.best_val, val_loss)
+                # saved == step: resumed from a stop's checkpoint, saved before its evaluation; record it now
+                if run.step > 0 and (improved or cfg.always_save_checkpoint or run.saved == run.step):
+                    save(cfg, proc, raw_model, optimizer, meta, run)
+            if run.step >= cfg.max_iters:
                 break
 
-            t0, lr = time.time(), get_lr(step, cfg)
+            t0, lr = time.time(), get_lr(run.step, cfg)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            loss, batch = train_step(train_model, data, cfg, ctx, device, step, rank, accum, batch)
+            loss, batch = train_step(train_model, data, cfg, proc, run.step, batch)
             grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip or math.inf)
-            grad_norm = grad_norm.full_tensor() if isinstance(grad_norm, DTensor) else grad_norm  # fsdp: all shards'
-            shared = torch.stack([loss, torch.full((), float(len(signals)), device=device)])  # full: no copy to wait on
-            if world > 1:  # all processes agree on the loss, and on whether to stop
+            if isinstance(grad_norm, DTensor):  # fsdp: the norm over all shards
+                grad_norm = grad_norm.full_tensor()
+            stops = torch.full((), float(len(signals.received)), device=proc.device)  # full: no copy to wait on
+            shared = torch.stack([loss, stops])
+            if proc.world > 1:  # all processes agree on the loss, and on whether to stop
                 dist.all_reduce(shared)
-            loss, stop, grad_norm = torch.cat([shared, grad_norm.view(1)]).tolist()  # the step's one wait on the GPU
-            loss, status = loss / world, "interrupted" if stop else None
-            if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # stop before the update spoils the weights
+            loss, stop, grad_norm = torch.cat([shared, grad_norm.view(1)]).tolist()  # one GPU wait a step
+            loss /= proc.world
+            if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # stop before an update spoils weights
                 status = "diverged"
                 break
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            step += 1
-            if step > first_step + 1:  # this process's first step compiles and warms up: left out of the timing
-                step_times.append(time.time() - t0)
-                train_time += step_times[-1]
-            if step % cfg.log_interval == 0:
-                dt = sum(step_times) / len(step_times) if step_times else None  # None: the first step alone
-                mfu = raw_model.estimate_mfu(cfg.batch_size * accum, dt, peak) if peak and dt else None
-                record("train", iter=step, train_loss=loss, lr=lr, grad_norm=grad_norm, ms_per_iter=dt and 1000 * dt,
-                       tokens_per_s=dt and tokens_per_step / dt, mfu=mfu, timed_steps=len(step_times))
-                speed = f", {1000 * dt:.1f} ms/iter, {tokens_per_step / dt:,.0f} tokens/s" if dt else ""
-                untimed = f" (step {first_step + 1} untimed: compiling)" if step - first_step <= cfg.log_interval else ""
-                say(f"iter {step}: loss {loss:.4f}{speed}" + (f", mfu {100 * mfu:.1f}%" if mfu else "") + untimed)
-                step_times = []
+            run.step += 1
+            speed.add(run.step, time.time() - t0)
+            if run.step % cfg.log_interval == 0:
+                timing = speed.window()
+                log.record("train", iter=run.step, train_loss=loss, lr=lr, grad_norm=grad_norm, **timing)
+                proc.say(f"iter {run.step}: loss {loss:.4f}{speed.describe(timing, run.step)}")
+            if stop:  # no evaluation: the checkpoint at once
+                status = "interrupted"
+                break
 
-        if status != "diverged" and last_saved != step:  # a diverged state is never saved
-            last_saved = save()
-        status = status or "finished"
-        speed = (step - first_step - 1) * tokens_per_step / train_time if train_time else None  # the timed steps'
-        record("end", status=status, iter=step, best_val_loss=best_val if best_val < math.inf else None,
-               final_val_loss=val_loss, tokens_per_s=speed)
-        if world > 1:  # leave together: a process gone while the master still writes can abort the others
+        if status != "diverged" and run.saved != run.step:  # a diverged state is never saved
+            save(cfg, proc, raw_model, optimizer, meta, run)
+        best = run.best_val if run.best_val < math.inf else None
+        log.record("end", status=status, iter=run.step, best_val_loss=best, final_val_loss=val_loss,
+                   tokens_per_s=speed.overall(run.step))
+        if proc.world > 1:  # leave together: a process gone while the master still writes can abort the others
             dist.barrier()
         if status == "diverged":
-            good = checkpoint.find_checkpoint(cfg.out_dir)
-            good = "none was saved" if last_saved is None else f"{good} (step {last_saved})"
-            say(f"error: loss {loss}, gradient norm {grad_norm} at step {step + 1}; the last good checkpoint: {good};"
-                " resume from it with a lower learning_rate", file=sys.stderr)
+            good = run.saved is not None and f"{checkpoint.find_checkpoint(cfg.out_dir)} (step {run.saved})"
+            proc.say(f"error: loss {loss}, gradient norm {grad_norm} at step {run.step + 1}; the last good "
+                     f"checkpoint: {good or 'none was saved'}; resume from it with a lower learning_rate",
+                     file=sys.stderr)
             sys.exit(3)
-        say(f"{status} at step {step}, checkpoint in {cfg.out_dir}; sample from it: python sample.py "
-            f"--out_dir={cfg.out_dir}" + (" (or go on: --init_from=resume)" if status == "interrupted" else ""))
+        go_on = " (or go on: --init_from=resume)" if status == "interrupted" else ""
+        proc.say(f"{status} at step {run.step}, checkpoint in {cfg.out_dir}; sample from it: python sample.py "
+                 f"--out_dir={cfg.out_dir}{go_on}")
     except torch.OutOfMemoryError as e:  # one line that names the levers
-        sys.exit(f"error: out of memory on {device} ({first_line(e)}): lower batch_size (more gradient_"
-                 "accumulation_steps keep the tokens per step), activation_checkpointing=True, parallel='fsdp'")
+        sys.exit(f"error: out of memory on {proc.device} ({first_line(e)}): lower batch_size (more "
+                 "gradient_accumulation_steps keep the tokens per step), activation_checkpointing=True, "
+                 "parallel='fsdp'")
     finally:
-        for s, handler in handlers.items():
-            signal.signal(s, handler)
-        if log:
-            log.close()
+        signals.restore()
+        log.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -16,6 +16,8 @@ import torch.distributed.checkpoint as dcp
 
 import checkpoint
 import configurator
+import devices
+import measure
 import sample
 import train
 from conftest import ROOT
@@ -153,7 +155,7 @@ def test_activation_checkpointing_gives_the_same_gradients_and_keeps_less(mode, 
         model = GPT(GPTConfig(n_layer=3, n_head=2, n_embd=32, block_size=16, vocab_size=50, norm_mode=mode,
                               dropout=dropout))
         cfg = types.SimpleNamespace(compile=False, parallel="ddp", activation_checkpointing=checkpointing)
-        train_model, _ = train.parallelize(model, cfg, "cpu", "float32", 1)
+        train_model, _ = devices.parallelize(model, cfg, devices.Process(0, 1, "cpu", "float32", None, 1))
         x = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(1))
         storages = {}
         def pack(t):
@@ -266,8 +268,8 @@ def test_block_activations_are_counted_from_a_narrow_copy(mode, arch, dtype):
     """The narrow copy's count, scaled to the width, against the same count taken at the width itself."""
     config = GPTConfig(n_layer=2, n_head=4, n_embd=256, block_size=64, vocab_size=64, norm_mode=mode, arch=arch,
                        multiple_of=1)
-    wide = configurator.block_activation_bytes(config, dtype, width=config.n_embd)
-    assert configurator.block_activation_bytes(config, dtype) == pytest.approx(wide, rel=0.06)
+    wide = measure.block_activation_bytes(config, dtype, width=config.n_embd)
+    assert measure.block_activation_bytes(config, dtype) == pytest.approx(wide, rel=0.06)
     assert wide > (36 if dtype == "bfloat16" else 64) * config.n_embd * 0.99  # at least a pre-norm block's vectors
 
 
@@ -275,12 +277,12 @@ def test_memory_estimate_shards_the_state_and_checkpointing_shrinks_activations(
     model = GPT(GPTConfig(n_layer=4, n_head=4, n_embd=64, block_size=64, vocab_size=100))
     n = sum(p.numel() for p in model.parameters())
     cfg = types.SimpleNamespace(batch_size=8, parallel="ddp", activation_checkpointing=False)
-    ddp = configurator.memory_estimate(model, cfg, 4, "float32")
+    ddp = measure.memory_estimate(model, cfg, 4, "float32")
     assert (ddp["parameters"], ddp["gradients"], ddp["optimizer"]) == (4 * n, 4 * n, 8 * n)  # AdamW: 16 bytes each
-    fsdp = configurator.memory_estimate(model, types.SimpleNamespace(**vars(cfg) | dict(parallel="fsdp")), 4, "float32")
+    fsdp = measure.memory_estimate(model, types.SimpleNamespace(**vars(cfg) | dict(parallel="fsdp")), 4, "float32")
     assert (fsdp["gradients"], fsdp["optimizer"]) == (n, 2 * n)
     assert fsdp["activations"] == ddp["activations"] > ddp["switched"]
-    checkpointed = configurator.memory_estimate(model, types.SimpleNamespace(**vars(cfg) | dict(
+    checkpointed = measure.memory_estimate(model, types.SimpleNamespace(**vars(cfg) | dict(
         activation_checkpointing=True)), 4, "float32")
     assert checkpointed["activations"] == ddp["switched"] and checkpointed["switched"] == ddp["activations"]
 
@@ -310,6 +312,6 @@ def test_the_7b_and_8b_configs_build_llamas_blocks_sharded_and_checkpointed(size
         assert sum(p.numel() for p in model.parameters()) == pytest.approx(count, rel=2e-3)
     mlp, attn = model.transformer.h[0].mlp, model.transformer.h[0].attn
     assert (mlp.c_fc.weight.shape[0], attn.n_kv_head) == {"7b": (11_008, 32), "8b": (14_336, 8)}[size]
-    memory = configurator.memory_estimate(model, cfg, 8, "bfloat16")  # on 8 GPUs, checkpointing: under 80 GB
+    memory = measure.memory_estimate(model, cfg, 8, "bfloat16")  # on 8 GPUs, checkpointing: under 80 GB
     assert sum(memory[k] for k in ("parameters", "gradients", "optimizer", "activations")) < 40 * 2**30
     assert memory["switched"] > 50 * 2**30  # without checkpointing the activations alone would not fit

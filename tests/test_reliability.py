@@ -13,6 +13,7 @@ import torch._dynamo  # noqa: F401 (AdamW imports it at first use, seconds: once
 
 import ablate
 import checkpoint
+import devices
 import train
 from test_train import TINY, events, losses, run
 
@@ -100,7 +101,7 @@ def test_a_stop_skips_the_evaluation_due_saves_at_once_and_the_resume_makes_it_u
     step = train.train_step
 
     def signalled(*args):  # SIGTERM during the step that reaches step 3, where an evaluation falls due
-        if args[5] == 2:
+        if args[4] == 2:
             os.kill(os.getpid(), signal.SIGTERM)
         return step(*args)
 
@@ -150,7 +151,8 @@ def test_resume_takes_weight_decay_betas_and_fused_from_the_settings(data_dir, t
 
     settings = [f"--out_dir={tmp_path}", "--init_from=resume", "--weight_decay=0.05", "--beta2=0.5"]
     cfg, ckpt = train.configure(settings)
-    optimizer = train.build_model(cfg, ckpt["meta"], ckpt, "cpu", "float32", 1)[3]
+    proc = devices.Process(rank=0, world=1, device="cpu", dtype="float32", ctx=None, accum=1)
+    optimizer = train.build_model(cfg, ckpt["meta"], ckpt, proc)[3]
     decayed, other = optimizer.param_groups  # matrices and embeddings; biases and gains
     assert (decayed["weight_decay"], other["weight_decay"]) == (0.05, 0.0)
     assert all(tuple(g["betas"]) == (0.9, 0.5) and not g["fused"] for g in optimizer.param_groups)
@@ -166,7 +168,7 @@ def test_the_first_step_of_a_run_and_of_a_resume_is_left_out_of_the_timing(data_
     step = train.train_step
 
     def compiling(*args):  # the first step of each process is slow, as compiling makes it
-        if args[5] in (0, 4):
+        if args[4] in (0, 4):
             time.sleep(1.0)
         return step(*args)
 
@@ -209,13 +211,23 @@ def test_a_step_waits_for_the_device_once_and_reads_each_batch_before_the_backwa
 # ----------------------------------------------------------------------------------- bad values
 
 @pytest.mark.parametrize("arg, least", [("--eval_interval=0", 1), ("--log_interval=0", 1), ("--eval_iters=0", 1),
-                                        ("--batch_size=0", 1), ("--block_size=0", 1), ("--max_iters=-1", 0),
-                                        ("--warmup_iters=-5", 0), ("--gradient_accumulation_steps=0", 1)])
+                                        ("--batch_size=0", 1), ("--max_iters=-1", 0), ("--warmup_iters=-5", 0),
+                                        ("--gradient_accumulation_steps=0", 1)])
 def test_values_below_a_settings_least_are_one_line_errors(arg, least):
     with pytest.raises(SystemExit) as error:
         train.configure([arg])
     name, value = arg[2:].split("=")
     assert str(error.value.code) == f"error: {name} must be at least {least}, got {value} in {arg}"
+
+
+def test_a_model_setting_is_checked_by_the_model_alone(data_dir, tmp_path):
+    """block_size=0 passes the settings reader and stops at GPTConfig.validate, in one line."""
+    with pytest.raises(SystemExit) as error:
+        run(data_dir, tmp_path, "--block_size=0", "--total_batch_size=128")
+    assert str(error.value.code).startswith("error: total_batch_size=128 is not a multiple of batch_size * block_size")
+    with pytest.raises(SystemExit) as error:
+        run(data_dir, tmp_path, "--block_size=0")
+    assert str(error.value.code) == "error: block_size must be a positive int, got 0"
 
 
 @pytest.mark.parametrize("arg", ["--jobs=0", "--nproc=0"])

@@ -1,0 +1,124 @@
+"""The process a script runs in: its device and dtype, its place among torchrun's processes, how a model is
+spread over them (DDP or FSDP2), and the signals that stop it."""
+import dataclasses
+import os
+import signal
+import sys
+from contextlib import nullcontext
+
+import torch
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from data import first_line
+
+
+def pick_device(device):
+    """The device setting ('auto': cuda when available), checked to be usable here. Under torchrun a GPU
+    is this process's own, cuda:LOCAL_RANK."""
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    if device.startswith("cuda") and "LOCAL_RANK" in os.environ:
+        device = f"cuda:{os.environ['LOCAL_RANK']}"
+    try:
+        torch.empty(0, device=device)
+    except Exception as e:
+        sys.exit(f"error: device {device!r} is not usable here ({first_line(e)})")
+    return device
+
+
+def setup_distributed(device, backend="auto", group=False):
+    """(rank, world size, device) from torchrun's environment when it is set, else (0, 1, device): the
+    device setting made usable, a GPU being this process's own; backend 'auto' is nccl on CUDA, gloo on CPU.
+    group: a process group even without torchrun, of this one process (FSDP shards over a group)."""
+    device = pick_device(device)
+    if "RANK" not in os.environ and not group:
+        return 0, 1, device
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+    auto = "nccl" if device.startswith("cuda") else "gloo"
+    alone = {} if "RANK" in os.environ else dict(store=torch.distributed.HashStore(), rank=0, world_size=1)
+    torch.distributed.init_process_group(auto if backend == "auto" else backend, **alone)
+    return torch.distributed.get_rank(), torch.distributed.get_world_size(), device
+
+
+def pick_dtype(dtype, device):
+    """The dtype setting: 'auto' is bfloat16 on CUDA, float32 elsewhere."""
+    return ("bfloat16" if device.startswith("cuda") else "float32") if dtype == "auto" else dtype
+
+
+def autocast(device, dtype):
+    """The context a forward pass runs in: bf16 autocast, or nothing for float32."""
+    return torch.autocast(torch.device(device).type, torch.bfloat16) if dtype == "bfloat16" else nullcontext()
+
+
+@dataclasses.dataclass(frozen=True)
+class Process:
+    """This process's facts: its rank among world processes, its device and dtype, the context its forward
+    passes run in (autocast) and its micro-batches per step."""
+    rank: int
+    world: int
+    device: str
+    dtype: str
+    ctx: object
+    accum: int
+
+    @property
+    def master(self):  # the process that prints, logs and writes what only one process writes
+        return self.rank == 0
+
+    def say(self, *args, **kwargs):
+        """print, in the master process only."""
+        if self.master:
+            print(*args, **kwargs)
+
+
+def parallelize(model, cfg, proc):
+    """Activation checkpointing per block, torch.compile, then DDP or FSDP2 (fully_shard each Block, then the
+    root), as the settings cfg and the process proc say. Returns (train_model, eval_model): DDP's wrapper and
+    the model inside, or the sharded model for both."""
+    compiled = proc.device.startswith("cuda") if cfg.compile is None else cfg.compile
+    blocks, fsdp = model.transformer.h, cfg.parallel == "fsdp"
+    for i in range(len(blocks)):
+        if cfg.activation_checkpointing:  # non-reentrant: the same gradients; the RNG replayed for dropout
+            blocks[i] = checkpoint_wrapper(blocks[i])
+        if compiled and fsdp:  # per block, as torchtitan: the sharding's collectives run between the graphs
+            blocks[i].compile()
+    if not fsdp:
+        model = torch.compile(model) if compiled else model
+        ids = [proc.device] if proc.device.startswith("cuda") else None
+        return (DDP(model, device_ids=ids, gradient_as_bucket_view=True) if proc.world > 1 else model), model
+    mesh = init_device_mesh(proc.device.split(":")[0], (proc.world,))
+    # bf16 on CUDA: blocks gather bf16 weights and reduce fp32 gradients; their fp32 inputs, the fp32 root and
+    # autocast keep ddp's numbers but for bf16 norm gains. (CPU autocast runs layer_norm in the weights' dtype:
+    # fp32 there.)
+    bf16 = proc.dtype == "bfloat16" and proc.device.startswith("cuda")
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
+    for block in blocks:
+        fully_shard(block, mesh=mesh, mp_policy=mp if bf16 else MixedPrecisionPolicy())
+    fully_shard(model, mesh=mesh)
+    return model, model
+
+
+class Signals:
+    """SIGINT and SIGTERM, however many, counted in received while installed: train.py stops after the step in
+    flight, skips evaluation and saves at once. The third SIGINT stops at once, without a checkpoint."""
+
+    def __init__(self):
+        self.received = []
+        self.handlers = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def on_signal(self, signum, frame):  # os.write, not print: a signal can land inside a print (not reentrant)
+        self.received.append(signum)
+        if self.received.count(signal.SIGINT) == 3:  # the deliberate way out: SIGINT's default action, no save
+            os.write(2, b"SIGINT three times: stopping now, without a checkpoint\n")
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        os.write(2, f"{signal.Signals(signum).name}: saving a checkpoint after this step (the third SIGINT "
+                    "stops at once)\n".encode())
+
+    def restore(self):
+        """The handlers from before."""
+        for s, handler in self.handlers.items():
+            signal.signal(s, handler)

@@ -1,0 +1,206 @@
+"""What a run measures besides its loss (speed and MFU, the memory estimate, per-block statistics) and the
+log it records them in."""
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import checkpoint
+from devices import autocast
+from model import GPT
+
+# Dense bf16 tensor-core FLOP/s (no sparsity) from the vendors' datasheets, by the words of a GPU's name as
+# torch.cuda.get_device_name gives it; the longest name that matches wins ("H100 NVL" before "H100").
+PEAK_FLOPS = {"B200": 2250e12, "B100": 1750e12, "H200": 989e12, "H200 NVL": 835e12, "GH200": 989e12,
+              "H100": 989e12, "H100 PCIe": 756e12, "H100 NVL": 835e12, "H800": 989e12, "H20": 148e12,
+              "A100": 312e12, "A800": 312e12, "A10": 125e12, "L40S": 362e12, "L40": 181e12, "L4": 121e12,
+              "RTX 6000 Ada": 364e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
+
+
+# -------------------------------------------------------------------------------------------- speed
+
+def peak_flops_of(gpu):
+    """PEAK_FLOPS of the longest table name found in the GPU's name as whole words; None if none is."""
+    words = f" {gpu.replace('-', ' ')} "  # "NVIDIA A100-SXM4-80GB": the word A100, so A10 does not match it
+    names = [name for name in PEAK_FLOPS if f" {name} " in words]
+    return PEAK_FLOPS[max(names, key=len)] if names else None
+
+
+def device_peak_flops(cfg, device):
+    """(GPU name or "", its dense bf16 FLOP/s for MFU): the peak_flops setting, else looked up by name."""
+    gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else ""
+    return gpu, cfg.peak_flops or peak_flops_of(gpu)
+
+
+class Throughput:
+    """The training speed of the steps between two logs, and MFU when the device's peak FLOP/s is known. A
+    process's first step (it compiles and warms up) is left out of the timing."""
+
+    def __init__(self, model, cfg, world, accum, device, first_step):
+        self.model, self.first_step, self.log_interval = model, first_step, cfg.log_interval
+        self.micro_batches = cfg.batch_size * accum
+        self.tokens_per_step = cfg.batch_size * cfg.block_size * accum * world
+        self.peak = device_peak_flops(cfg, device)[1]
+        self.times, self.total = [], 0.0  # the window's step times; all timed steps' time
+
+    def add(self, step, seconds):
+        """The time of the step that reached step."""
+        if step > self.first_step + 1:
+            self.times.append(seconds)
+            self.total += seconds
+
+    def window(self):
+        """The train event's timing fields for the steps since the last call; None where none was timed."""
+        dt = sum(self.times) / len(self.times) if self.times else None  # None: the first step alone
+        mfu = self.model.estimate_mfu(self.micro_batches, dt, self.peak) if self.peak and dt else None
+        fields = dict(ms_per_iter=dt and 1000 * dt, tokens_per_s=dt and self.tokens_per_step / dt, mfu=mfu,
+                      timed_steps=len(self.times))
+        self.times = []
+        return fields
+
+    def describe(self, timing, step):
+        """timing (from window) as the end of train.py's progress line at step."""
+        ms, mfu, first = timing["ms_per_iter"], timing["mfu"], step - self.first_step <= self.log_interval
+        return ((f", {ms:.1f} ms/iter, {timing['tokens_per_s']:,.0f} tokens/s" if ms else "")
+                + (f", mfu {100 * mfu:.1f}%" if mfu else "")
+                + (f" (step {self.first_step + 1} untimed: compiling)" if first else ""))
+
+    def overall(self, step):
+        """Tokens/s over all the timed steps up to step, None if none was timed."""
+        return (step - self.first_step - 1) * self.tokens_per_step / self.total if self.total else None
+
+
+def banner(model, cfg, world, accum, dtype, device):
+    """The lines train.py prints before the first step: the model and its device, the tokens per step, and
+    the memory estimate."""
+    gpu, peak = device_peak_flops(cfg, device)
+    return (f"{model.get_num_params() / 1e6:.2f}M parameters on {gpu or device} in {dtype}, "
+            f"{cfg.batch_size * cfg.block_size * accum * world:,} tokens per step = {world} processes x {accum} "
+            f"micro-batches x {cfg.batch_size} x {cfg.block_size}"
+            + (f"; set peak_flops for MFU on a {gpu}" if gpu and not peak else "")
+            + "\n" + memory_report(model, cfg, world, dtype, device))
+
+
+# ---------------------------------------------------------------------------------- memory estimate
+
+def block_activation_bytes(config, dtype, width=None):
+    """Bytes per token that one block keeps for its backward pass, counted rather than modeled: a narrow copy
+    of the model (width: 8 features per head by default; eval mode: no dropout) runs forward on the CPU, 1
+    and 2 blocks deep at 2 sequence lengths, and autograd's saved-tensor hooks sum the storages the graph
+    keeps, each once. The differences leave out the weights and all outside the blocks; the count is scaled
+    to the model's width."""
+    width = width or 8 * config.n_head
+
+    def saved(n_layer, T):
+        narrow = dataclasses.replace(config, n_layer=n_layer, n_embd=width, block_size=T, vocab_size=64,
+                                     multiple_of=1)
+        model = GPT(narrow).eval()  # multiple_of 1: llama's MLP keeps its width's ratio to n_embd
+        storages, idx = {}, torch.zeros(1, T, dtype=torch.long)
+
+        def pack(t):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast("cpu", dtype):
+            loss = model(idx, idx)[1]  # kept alive to the end: no storage is freed and reused while counting
+        return sum(storages.values())
+
+    with torch.random.fork_rng(devices=[]):  # the narrow models' init leaves the run's random draws alone
+        per_token = (saved(2, 64) - saved(1, 64) - saved(2, 32) + saved(1, 32)) / 32
+    return per_token * config.n_embd / width
+
+
+def memory_estimate(model, cfg, world, dtype):
+    """Estimated bytes per GPU (or CPU process) to train model: {parameters, gradients, optimizer,
+    activations, switched: the activations with activation_checkpointing the other way}. AdamW keeps fp32
+    weights, gradients and two moments, 4 + 4 + 8 bytes per parameter, divided over the processes under
+    fsdp, which also gathers two blocks' weights at a time (one computing, one prefetched). ddp's bf16
+    autocast keeps a bf16 copy of each weight for the backward pass. Activations of a micro-batch: each
+    block's (block_activation_bytes), the head's input and fp32 log-probabilities, and as much again as one
+    block's for the gradients the backward pass makes on its way; with activation checkpointing a block keeps
+    only its fp32 input, and one block at a time recomputes the rest."""
+    c, fsdp, bf16 = model.config, cfg.parallel == "fsdp", dtype == "bfloat16"
+    n = sum(p.numel() for p in model.parameters())
+    per_block = sum(p.numel() for p in model.transformer.h[0].parameters())
+    shards, tokens = world if fsdp else 1, cfg.batch_size * c.block_size
+    block, head = block_activation_bytes(c, dtype), 4 * c.vocab_size + 8 * c.n_embd  # per token
+    copies = 2 * n if bf16 and not fsdp else 0  # ddp's autocast: a bf16 copy of every weight
+    outside = copies and 2 * (n - c.n_layer * per_block)  # with checkpointing the blocks recompute theirs
+    activations = (tokens * ((c.n_layer + 1) * block + head) + copies,
+                   tokens * (c.n_layer * 4 * c.n_embd + 2 * block + head) + outside)
+    return dict(parameters=4 * n / shards + (2 * per_block * (2 if bf16 else 4) if fsdp else 0),
+                gradients=4 * n / shards, optimizer=8 * n / shards,
+                activations=activations[cfg.activation_checkpointing],
+                switched=activations[not cfg.activation_checkpointing])
+
+
+def memory_report(model, cfg, world, dtype, device):
+    """memory_estimate as the line train.py prints before the first step."""
+    m = memory_estimate(model, cfg, world, dtype)
+    total = m["parameters"] + m["gradients"] + m["optimizer"] + m["activations"]
+    unit, size = ("GiB", 2**30) if total > 2**30 else ("MiB", 2**20)
+    parts = " + ".join(f"{m[k] / size:.2f} {k}" for k in ("parameters", "gradients", "optimizer", "activations"))
+    where = "GPU" if device.startswith("cuda") else "process"
+    return (f"memory per {where}, estimated: {parts} = {total / size:.2f} {unit}; activations "
+            f"{m['switched'] / size:.2f} {unit} with activation_checkpointing={not cfg.activation_checkpointing}")
+
+
+# --------------------------------------------------------------------------------- layer statistics
+
+def rotation_angle(x, y):
+    """Mean angle between x and y (B, T, C) over tokens: atan2(|ŷ - (x̂·ŷ)x̂|, x̂·ŷ), exact near 0 and π."""
+    x, y = F.normalize(x, dim=-1), F.normalize(y, dim=-1)
+    cos = (x * y).sum(-1, keepdim=True)
+    return torch.atan2((y - cos * x).norm(dim=-1), cos.squeeze(-1)).mean().item()
+
+
+def layer_stats(raw_model, x, y, ctx):
+    """Per block on one batch: its parameters' gradient norm, the RMS of the residual stream it outputs,
+    and the mean angle by which it rotates a token's vector. Forward hooks on the eager model."""
+    blocks, io = list(raw_model.transformer.h), []
+    keep = lambda module, args, out: io.append((args[0].float(), out.float()))  # a block's input and output
+    hooks = [b.register_forward_hook(keep) for b in blocks]
+    with ctx:
+        _, loss = raw_model(x, y)
+    for hook in hooks:
+        hook.remove()
+    params = [list(b.parameters()) for b in blocks]
+    grads = iter(torch.autograd.grad(loss, [p for ps in params for p in ps]))  # leaves .grad alone
+    return dict(grad_norm=[torch.stack([next(grads).float().norm() for _ in ps]).norm().item() for ps in params],
+                resid_rms=[out.pow(2).mean().sqrt().item() for _, out in io],
+                angle=[rotation_angle(inp, out) for inp, out in io])
+
+
+# ------------------------------------------------------------------------------------------ the log
+
+class Log:
+    """out_dir/log.jsonl, and wandb when asked for: the master process's record of the run (another process's
+    Log records nothing). Opening it trims log.jsonl to the step resumed from (None: a new run's, emptied)."""
+
+    def __init__(self, cfg, resumed_at, master):
+        self.file = self.wandb = None
+        if not master:
+            return
+        checkpoint.trim_log(Path(cfg.out_dir) / "log.jsonl", -1 if resumed_at is None else resumed_at)
+        if cfg.wandb_log:
+            try:
+                import wandb
+                wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config=vars(cfg))
+                self.wandb = wandb
+            except ImportError:
+                print("wandb_log=True but wandb is not installed: logging to log.jsonl only")
+        self.file = open(Path(cfg.out_dir) / "log.jsonl", "a")
+
+    def record(self, event, **fields):
+        """A line of log.jsonl (and of wandb's log)."""
+        if self.file:
+            self.file.write(json.dumps(dict(event=event, **fields)) + "\n")
+            self.file.flush()
+            if self.wandb:
+                self.wandb.log(fields, step=fields["iter"])
+
+    def close(self):
+        if self.file:
+            self.file.close()
