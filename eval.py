@@ -234,7 +234,10 @@ def main(argv=None):
         if s["init_from"] == "resume":
             model, meta = load_checkpoint(s["out_dir"], device)
         else:
-            model, meta = from_gpt2(s["init_from"]).to(device).eval(), GPT2_META
+            try:
+                model, meta = from_gpt2(s["init_from"]).to(device).eval(), GPT2_META
+            except ValueError as e:
+                sys.exit(f"error: {e}")
         lm = GPTAdapter(model, meta, device, configurator.pick_dtype(s["dtype"], device), s["batch_size"], rank, world)
         t0 = time.time()
         try:

@@ -253,7 +253,10 @@ def build_model(cfg, meta, ckpt, device, dtype, world):
         sys.exit(f"error: init_from={cfg.init_from} needs a dataset in GPT-2 BPE, and {cfg.dataset} is by "
                  f"{meta['tokenizer']}: prepare one with prepare_data.py --tokenizer gpt2")
     else:
-        model = from_gpt2(cfg.init_from, cfg.block_size, cfg.dropout).to(home)
+        try:
+            model = from_gpt2(cfg.init_from, cfg.block_size, cfg.dropout).to(home)
+        except ValueError as e:
+            sys.exit(f"error: {e}")
         config = model.config
         vars(cfg).update({k: v for k, v in dataclasses.asdict(config).items() if k in vars(cfg)})
     train_model, eval_model = parallelize(model, cfg, device, dtype, world)
