@@ -1,9 +1,7 @@
-"""
-normgpt's GPT: nanoGPT's GPT-2, or a Llama-style block, with six places to put the normalization.
+"""normgpt's GPT: nanoGPT's GPT-2, or a Llama-style block, with six places to put the normalization.
 
-The six norm modes differ in one place only, `Block.join`, which combines the residual stream x
-with a sub-layer f (attention or MLP). Everything else is shared. ../shared/NORM_MODES.md is the
-specification; the section numbers in comments (§) refer to it.
+A norm mode is an equation: a branch of `Block.join`, which joins a sub-layer f (attention or MLP) to the
+residual stream x. ../shared/NORM_MODES.md is the specification; § in comments refer to its sections.
 
     pre         x + f(LN(x))                            GPT-2 / nanoGPT
     post        LN(x + f(x))                            Vaswani et al. 2017; GeoNorm Eq. 1
@@ -12,8 +10,15 @@ specification; the section numbers in comments (§) refer to it.
     geonorm     exp_x(a_k·v), v = f(LN(x)) ⟂ x          GeoNorm Eq. 3, 5 (arXiv 2601.22095)
     simplenorm  x + f(x), f normalizes after every W    SimpleGPT §4.1 (arXiv 2602.01212)
 
-The block family, `arch` (§11), swaps the parts around that placement and keeps the placement:
+Besides its branch, a mode acts in these places, and nowhere else:
+    GPTConfig             its settings (geo_*, sandwich_*) and their checks in validate
+    CausalSelfAttention   simplenorm's norms after W_q, W_k, W_v, W_o (in MLP: W₁, W₃, W₂; rms_norm: their ε)
+    Block.__init__        the block's norms (ln_1, ln_2, sandwich's ln_1_out, ln_2_out) and constants
+    GPT.__init__          the final norm ln_f: none for post and deep, an RMSNorm for simplenorm
+    GPT.init_weights      deep's Xavier init with gain β, sandwich's depth-scaled output gains
+    GPT.embed             geonorm's projection of x_0 onto the sphere of radius √d
 
+The block family, `arch` (§11), swaps the parts around that placement and keeps the placement:
     gpt2   learned positions   GELU MLP, 4d                LayerNorm   tied head     nanoGPT init
     llama  rotary q and k      SwiGLU MLP, about 8d/3      RMSNorm     untied head   torchtitan init
 """
@@ -73,18 +78,18 @@ class GPTConfig:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         for name, choices in (("arch", ARCHS), ("norm_mode", NORM_MODES), ("geo_decay", GEO_DECAYS),
                               ("geo_radius", GEO_RADII)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"unknown {name} {getattr(self, name)!r}: choose one of {', '.join(choices)}")
+            if (value := getattr(self, name)) not in choices:
+                raise ValueError(f"unknown {name} {value!r}: choose one of {', '.join(choices)}")
         hs = self.n_embd // self.n_head
         for bad, message in (
             (self.n_embd % self.n_head, f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}: "
-                                        "choose n_head among the divisors of n_embd"),
+             "choose n_head among the divisors of n_embd"),
             (self.n_head % (self.n_kv_head or 1), f"n_head={self.n_head} is not a multiple of n_kv_head="
-                                                  f"{self.n_kv_head}: choose n_kv_head among the divisors of n_head"),
-            (self.arch == "llama" and hs % 2, f"rotary embeddings turn pairs of features, but n_embd/n_head = {hs} "
-                                              "is odd: choose n_head so that the head size is even"),
-            (self.norm_mode == "simplenorm" and self.bias, "simplenorm needs bias=False (a bias breaks the scale "
-                                                           "invariance of Norm(Wx))"),
+             f"{self.n_kv_head}: choose n_kv_head among the divisors of n_head"),
+            (self.arch == "llama" and hs % 2, "rotary embeddings turn pairs of features, but n_embd/n_head = "
+             f"{hs} is odd: choose n_head so that the head size is even"),
+            (self.norm_mode == "simplenorm" and self.bias,
+             "simplenorm needs bias=False (a bias breaks the scale invariance of Norm(Wx))"),
             (self.arch == "llama" and self.bias, "arch='llama' has no biases: set bias=False"),
             (not 0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout!r}"),
             (self.geo_alpha < 0, f"geo_alpha must be >= 0, got {self.geo_alpha!r}"),
@@ -109,23 +114,20 @@ class RMSNorm(nn.Module):
 
     def __init__(self, ndim, eps):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(ndim))
-        self.eps = eps
+        self.weight, self.eps = nn.Parameter(torch.ones(ndim)), eps
 
     def forward(self, x):
-        return F.rms_norm(at_least_fp32(x), self.weight.shape, at_least_fp32(self.weight), self.eps).type_as(x)
+        return F.rms_norm(at_least_fp32(x), x.shape[-1:], at_least_fp32(self.weight), self.eps).type_as(x)
 
 
 def family_norm(config, ndim):
-    """The block family's norm, for ln_1, ln_2, sandwich's output norms and ln_f: LayerNorm (gpt2) or
-    RMSNorm (llama), ε 1e-5 (§11)."""
+    """The family's norm (ln_1, ln_2, sandwich's output norms, ln_f): LayerNorm or RMSNorm, ε 1e-5 (§11)."""
     eps = 1e-5 if config.norm_eps is None else config.norm_eps
     return nn.LayerNorm(ndim, eps, bias=config.bias) if config.arch == "gpt2" else RMSNorm(ndim, eps)
 
 
 def rms_norm(config, ndim):
-    """The RMSNorm of QK-norm and simplenorm: ε 1e-5, or 1e-6 for simplenorm with a tied 0.02-std
-    embedding, whose projections in block 1 are tiny (§7.3)."""
+    """The RMSNorm of QK-norm and simplenorm: ε 1e-5, or 1e-6 for simplenorm under a tied 0.02 E (§7.3)."""
     default_eps = 1e-6 if config.norm_mode == "simplenorm" and config.tied else 1e-5
     return RMSNorm(ndim, default_eps if config.norm_eps is None else config.norm_eps)
 
@@ -142,13 +144,9 @@ def tangent(x, s):
 
 
 def geodesic_step(x, s, a, max_angle=None):
-    """exp_x(a·v) with v = Proj_x(s): walk the great circle through x by arc length a‖v‖ (Eq. 3, 5).
-
-    Written as cos θ·x + a·sinc(θ)·v with θ = a‖v‖/‖x‖ (§6.2): the same point as the paper's
-    cos θ·x + ‖x‖·sin θ·v/‖v‖, but finite and differentiable at v = 0. Keeps ‖x‖ exactly.
-    """
-    dtype = x.dtype
-    x, s = at_least_fp32(x), at_least_fp32(s)  # bf16's ~4e-3 precision would break norm preservation
+    """exp_x(a·v), v = Proj_x(s): the great circle through x by arc length a‖v‖ (Eq. 3, 5), as cos θ·x +
+    a·sinc(θ)·v, θ = a‖v‖/‖x‖ (§6.2): the paper's cos θ·x + ‖x‖·sin θ·v/‖v‖, smooth at v = 0. Keeps ‖x‖."""
+    x, s, dtype = at_least_fp32(x), at_least_fp32(s), x.dtype  # bf16's ~4e-3 precision would break ‖x‖
     v = tangent(x, s)
     r, v_norm = vec_norm(x), vec_norm(v)  # sphere radius and tangent length, (B, T, 1)
     theta = a * v_norm / r  # rotation angle = arc length / radius
@@ -160,8 +158,7 @@ def geodesic_step(x, s, a, max_angle=None):
 
 
 def rotary_table(config):
-    """cos and sin of p·θ_i for every position p < block_size and pair i < hs/2, θ_i = rope_theta^(-2i/hs)
-    (RoFormer Eq. 34, 0-based i): (block_size, hs/2, 2)."""
+    """(block_size, hs/2, 2): cos, sin of p·θ_i, θ_i = rope_theta^(-2i/hs), 0-based i (RoFormer Eq. 34)."""
     hs = config.n_embd // config.n_head
     theta = config.rope_theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)  # (hs/2,)
     angles = torch.outer(torch.arange(config.block_size, dtype=torch.float64), theta)  # (block_size, hs/2)
@@ -172,81 +169,68 @@ def rotate(x, rope):
     """Rotate each pair (x_2i, x_2i+1) of x (B, nh, T, hs) by its position's angle p·θ_i, rope (T, hs/2, 2)
     holding their cos and sin (RoFormer Eq. 34). q·k then depends on positions only through p − s."""
     cos, sin = rope.unbind(-1)  # (T, hs/2) each
-    x1, x2 = at_least_fp32(x).unflatten(-1, (-1, 2)).unbind(-1)  # each pair's two coordinates, (B, nh, T, hs/2)
+    x1, x2 = at_least_fp32(x).unflatten(-1, (-1, 2)).unbind(-1)  # each pair's coordinates, (B, nh, T, hs/2)
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2).type_as(x)
 
 
 def swiglu_width(config):
-    """Llama's SwiGLU hidden width: 2/3 of 4d (times ffn_dim_multiplier), rounded up to a multiple of
-    multiple_of, so its three matrices cost about what GELU's two of width 4d do."""
+    """SwiGLU's width: 2/3 of 4d (× ffn_dim_multiplier) up to a multiple_of, so 3 matrices cost GELU's 2."""
     hidden = int((config.ffn_dim_multiplier or 1) * int(8 * config.n_embd / 3))
     return config.multiple_of * math.ceil(hidden / config.multiple_of)
 
 
 def deepnorm_constants(n_layer):
-    """DeepNet Table 1, decoder-only with N layers: α = (2N)^¼ scales the residual, β = (8N)^-¼ the init."""
+    """DeepNet Table 1, decoder-only, N layers: α = (2N)^¼ scales the residual, β = (8N)^-¼ the init."""
     return (2 * n_layer) ** 0.25, (8 * n_layer) ** -0.25
 
 
-def geo_step_size(config, k):
-    """a_k for block k = 1..L (§6.2 schedule table; 1-based so a/k and a/√k are defined)."""
-    a, L = config.geo_alpha, config.n_layer
-    return {"harmonic": a / k, "sqrt": a / math.sqrt(k), "linear": a * (L - k + 1) / L, "none": a}[config.geo_decay]
-
-
 class CausalSelfAttention(nn.Module):
+    """Causal self-attention, grouped-query when n_kv_head < n_head, with a key/value cache for generate."""
 
     def __init__(self, config):
         super().__init__()
         d, self.n_head, self.n_kv_head = config.n_embd, config.n_head, config.n_kv_head or config.n_head
-        kv = self.n_kv_head * d // self.n_head  # the width of k and of v: d, or less with grouped-query attention
+        kv = self.n_kv_head * d // self.n_head  # the width of k and of v: d, or less with grouped-query
         self.sizes = (d, kv, kv)
         self.c_attn = nn.Linear(d, d + 2 * kv, bias=config.bias)  # q, k, v for all heads in one matmul
         self.c_proj = nn.Linear(d, d, bias=config.bias)
         simple = config.norm_mode == "simplenorm"
-        # SimpleNorm puts an RMSNorm after every linear (q, k, v, o); QK-norm only after q and k.
-        # Each spans all heads jointly, as in the official SimpleGPT code (§7.1).
+        # simplenorm: an RMSNorm after every W (q, k, v, o); qk_norm after q and k; each over all heads (§7.1)
         self.q_norm = rms_norm(config, d) if simple or config.qk_norm else nn.Identity()
         self.k_norm = rms_norm(config, kv) if simple or config.qk_norm else nn.Identity()
         self.v_norm = rms_norm(config, kv) if simple else nn.Identity()
         self.o_norm = rms_norm(config, d) if simple else nn.Identity()
-        self.attn_dropout = config.dropout
-        self.resid_dropout = nn.Dropout(config.dropout)
-        self.block_size = config.block_size
-        self.kv_cache = None  # None, or while generating the (k, v) buffers written so far
+        self.dropout, self.resid_dropout = config.dropout, nn.Dropout(config.dropout)
+        self.block_size, self.kv_cache = config.block_size, None  # kv_cache, generating: the (k, v) buffers
 
     def forward(self, x, pos=0, rope=None):
         """x (B, T, C) at positions pos..pos+T-1; rope: their rows of the rotary table (llama), or None."""
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(self.sizes, dim=2)  # split before normalizing: each is its own W
-        q, k, v = self.q_norm(q), self.k_norm(k), self.v_norm(v)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_kv_head, C // self.n_head).transpose(1, 2)  # (B, n_kv, T, hs)
-        v = v.view(B, T, self.n_kv_head, C // self.n_head).transpose(1, 2)  # (B, n_kv, T, hs)
+        heads = lambda t: t.view(B, T, -1, C // self.n_head).transpose(1, 2)  # (B, nh or n_kv, T, hs)
+        q, k, v = heads(self.q_norm(q)), heads(self.k_norm(k)), heads(self.v_norm(v))
         if rope is not None:  # after any norm of q and k, as SimpleGPT's code does (§11)
             q, k = rotate(q, rope), rotate(k, rope)
         if self.kv_cache is not None:  # generating: keep the (rotated) keys and values of earlier positions
-            if pos == 0:  # a (re)prefill: fresh buffers with room for a whole window
-                shape = (B, self.n_kv_head, self.block_size, C // self.n_head)  # (B, n_kv, block_size, hs)
-                self.kv_cache = (k.new_zeros(shape), v.new_zeros(shape))
+            if pos == 0:  # a (re)prefill: fresh buffers with room for a window, (B, n_kv, block_size, hs)
+                self.kv_cache = tuple(t.new_zeros(B, t.size(1), self.block_size, t.size(3)) for t in (k, v))
             cache_k, cache_v = self.kv_cache
-            cache_k[:, :, pos:pos + T] = k
-            cache_v[:, :, pos:pos + T] = v
+            cache_k[:, :, pos:pos + T], cache_v[:, :, pos:pos + T] = k, v
             k, v = cache_k[:, :, :pos + T], cache_v[:, :, :pos + T]  # (B, n_kv, pos+T, hs)
         # Query i, at position pos+i, sees keys 0..pos+i: the causal mask when no keys are cached before it,
         # no mask for one new token, and for a chunk after cached keys the causal mask shifted right by them.
-        cached = k.size(2) - T
-        mask = torch.ones(T, k.size(2), dtype=torch.bool, device=x.device).tril(cached) if cached and T > 1 else None
-        dropout = self.attn_dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=T > 1 and mask is None,
-                                           enable_gqa=self.n_kv_head != self.n_head)
+        cached, mask = k.size(2) - T, None
+        if cached and T > 1:
+            mask = torch.ones(T, k.size(2), dtype=torch.bool, device=x.device).tril(cached)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout * self.training,
+                                           is_causal=mask is None and T > 1, enable_gqa=k.size(1) < q.size(1))
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
         return self.resid_dropout(self.o_norm(self.c_proj(y)))
 
 
 class MLP(nn.Module):
     """gpt2: W₂ GELU(W₁h), 4d wide. llama: SwiGLU, W₂(SiLU(W₁h) ⊙ W₃h) (Shazeer 2020, FFN_SwiGLU with
-    Swish₁ = SiLU). simplenorm puts an RMSNorm after W₁ and W₃ (over the hidden width) and after W₂ (§7.1)."""
+    Swish₁ = SiLU). simplenorm: an RMSNorm after W₁ and W₃ (over the hidden width) and after W₂ (§7.1)."""
 
     def __init__(self, config):
         super().__init__()
@@ -273,23 +257,20 @@ class Block(nn.Module):
 
     def __init__(self, config, k):
         super().__init__()
-        mode, d = config.norm_mode, config.n_embd
-        self.mode = mode
-        self.attn = CausalSelfAttention(config)
-        self.mlp = MLP(config)
+        self.mode = mode = config.norm_mode
+        self.attn, self.mlp = CausalSelfAttention(config), MLP(config)
+        norm = lambda used: family_norm(config, config.n_embd) if used else nn.Identity()
         # ln_1/ln_2 sit before each sub-layer (pre, sandwich, geonorm) or after the add (post, deep).
-        uses_ln = mode in ("pre", "post", "deep", "sandwich") or (mode == "geonorm" and config.geo_input_norm)
-        self.ln_1 = family_norm(config, d) if uses_ln else nn.Identity()
-        self.ln_2 = family_norm(config, d) if uses_ln else nn.Identity()
-        # sandwich's second LN on each sub-layer's output
-        self.ln_1_out = family_norm(config, d) if mode == "sandwich" else nn.Identity()
-        self.ln_2_out = family_norm(config, d) if mode == "sandwich" else nn.Identity()
-        self.alpha = deepnorm_constants(config.n_layer)[0]  # deep: residual scale α
-        self.geo_step = geo_step_size(config, k)  # geonorm: a_k, shared by both sub-layers of block k
-        self.geo_max_angle = config.geo_max_angle
+        uses_ln = mode in ("pre", "post", "deep", "sandwich") or mode == "geonorm" and config.geo_input_norm
+        self.ln_1, self.ln_2 = norm(uses_ln), norm(uses_ln)
+        self.ln_1_out, self.ln_2_out = norm(mode == "sandwich"), norm(mode == "sandwich")  # on f's output
+        self.alpha = deepnorm_constants(config.n_layer)[0]  # deep: the residual's scale α
+        a, L, self.geo_max_angle = config.geo_alpha, config.n_layer, config.geo_max_angle  # geonorm: a_k
+        self.geo_step = {"harmonic": a / k, "sqrt": a / math.sqrt(k), "linear": a * (L - k + 1) / L,
+                         "none": a}[config.geo_decay]  # §6.2, for both sub-layers; k from 1: a/k is defined
 
     def join(self, x, f, norm, out_norm):
-        """Combine the residual stream x with sub-layer f: the one place the six modes differ."""
+        """Join sub-layer f to the residual stream x; norm: ln_1 or ln_2; out_norm: sandwich's output norm."""
         if self.mode == "pre":  # x + f(LN(x))
             return x + f(norm(x))
         if self.mode == "post":  # LN(x + f(x))                        GeoNorm Eq. 1
@@ -300,7 +281,9 @@ class Block(nn.Module):
             return x + out_norm(f(norm(x)))
         if self.mode == "geonorm":  # exp_x(a_k·Proj_x f(LN(x)))       GeoNorm Eq. 3, 5
             return geodesic_step(x, f(norm(x)), self.geo_step, self.geo_max_angle)
-        return x + f(x)  # simplenorm: Ψ(x) = Norm(Wx) inside f        SimpleGPT §4.1
+        if self.mode == "simplenorm":  # x + f(x), Norm(Wx) inside f   SimpleGPT §4.1
+            return x + f(x)
+        raise ValueError(f"unknown norm_mode {self.mode!r}: choose one of {', '.join(NORM_MODES)}")
 
     def forward(self, x, pos=0, rope=None):
         x = self.join(x, lambda h: self.attn(h, pos, rope), self.ln_1, self.ln_1_out)
@@ -308,53 +291,52 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    """Embedding, L blocks, final norm and head (§1); generate continues a text."""
 
     def __init__(self, config):
         super().__init__()
         config.validate()
-        self.config = config
-        mode = config.norm_mode
+        self.config, mode, d = config, config.norm_mode, config.n_embd
         self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wte=nn.Embedding(config.vocab_size, d),
             # learned positions (gpt2); llama rotates q and k instead, with the table self.rope
-            wpe=nn.Embedding(config.block_size, config.n_embd) if config.arch == "gpt2" else None,
+            wpe=nn.Embedding(config.block_size, d) if config.arch == "gpt2" else None,
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([Block(config, k) for k in range(1, config.n_layer + 1)]),
             # post and deep end on a block's norm already: a final norm would only add an affine (§3, §4)
-            ln_f=(nn.Identity() if mode in ("post", "deep")
-                  else rms_norm(config, config.n_embd) if mode == "simplenorm"
-                  else family_norm(config, config.n_embd)),
+            ln_f=(nn.Identity() if mode in ("post", "deep") else rms_norm(config, d) if mode == "simplenorm"
+                  else family_norm(config, d)),
         ))
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
         if config.tied:
             self.transformer.wte.weight = self.lm_head.weight  # E is both embedding and head
         self.init_weights()
 
     def init_weights(self):
-        """The family's init (§1, §11), each mode's override (deep §4, sandwich DSSN §5), and an untied head's.
+        """The family's init (§1, §11), each mode's override (deep §4, sandwich DSSN §5), an untied head's.
         It also makes the rotary table, so it restores a model built on the meta device too."""
-        c, L, d = self.config, self.config.n_layer, self.config.n_embd
+        c, L, d, blocks = self.config, self.config.n_layer, self.config.n_embd, self.transformer.h
         for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):  # torchtitan truncates at ±2, i.e. ±100σ: the same
+            if isinstance(module, (nn.Linear, nn.Embedding)):  # torchtitan cuts at ±2, ±100σ: the same
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
-        for l, block in enumerate(self.transformer.h):  # W_o, W₂ and (llama) W₃ smaller: GPT-2's 1/√(2L), or
-            std = 0.02 / math.sqrt(2 * L) if c.arch == "gpt2" else 0.02 / math.sqrt(2 * (l + 1))  # torchtitan's
-            for linear in filter(None, (block.attn.c_proj, block.mlp.c_proj, block.mlp.c_up)):  # c_up None: gpt2
+        for l, block in enumerate(blocks):  # W_o, W₂, llama's W₃: GPT-2's 0.02/√(2L), torchtitan's by depth
+            std = 0.02 / math.sqrt(2 * L) if c.arch == "gpt2" else 0.02 / math.sqrt(2 * (l + 1))
+            for linear in filter(None, (block.attn.c_proj, block.mlp.c_proj, block.mlp.c_up)):  # c_up: llama
                 nn.init.normal_(linear.weight, mean=0.0, std=std)
         if c.norm_mode == "deep":  # DeepNet Fig. 2: Xavier-normal, gain β on v, o and the FFN (W₁, W₂, W₃)
             beta = deepnorm_constants(L)[1]
-            for block in self.transformer.h:
-                for w, gain in zip(block.attn.c_attn.weight.split(block.attn.sizes), (1.0, 1.0, beta)):  # q, k, v
+            for attn, mlp in ((b.attn, b.mlp) for b in blocks):
+                for w, gain in zip(attn.c_attn.weight.split(attn.sizes), (1.0, 1.0, beta)):  # q, k, v
                     nn.init.xavier_normal_(w, gain=gain)
-                for linear in filter(None, (block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj, block.mlp.c_up)):
+                for linear in filter(None, (attn.c_proj, mlp.c_fc, mlp.c_proj, mlp.c_up)):
                     nn.init.xavier_normal_(linear.weight, gain=beta)
-        if c.norm_mode == "sandwich" and c.sandwich_depth_scaled:  # Pangu Ultra: γ = c/√L
-            for block in self.transformer.h:
+        if c.norm_mode == "sandwich" and c.sandwich_depth_scaled:  # Pangu Ultra's DSSN: γ = c/√L
+            for block in blocks:
                 nn.init.constant_(block.ln_1_out.weight, 0.283 / math.sqrt(L))
                 nn.init.constant_(block.ln_2_out.weight, 0.432 / math.sqrt(L))
-        if not c.tied:  # torchtitan: E ~ N(0, 1), head std d^-½ cut at ±3σ (a tied E keeps 0.02: it is the head)
+        if not c.tied:  # torchtitan: E ~ N(0, 1), head std d^-½ cut at ±3σ (a tied E, the head, keeps 0.02)
             nn.init.normal_(self.transformer.wte.weight, mean=0.0, std=1.0)
             std = d ** -0.5
             nn.init.trunc_normal_(self.lm_head.weight, mean=0.0, std=std, a=-3 * std, b=3 * std)
@@ -362,29 +344,27 @@ class GPT(nn.Module):
         self.register_buffer("rope", rope, persistent=False)  # not a parameter: kept out of checkpoints
 
     def get_num_params(self, non_embedding=True):
-        """Parameter count, a tied head counted once. non_embedding leaves out the lookup tables, which cost
-        no FLOPs: the position table, and the token table when the head is untied."""
+        """Parameter count, a tied head once; non_embedding leaves out lookups (positions, an untied E)."""
         lookups = [self.transformer.wpe] + ([] if self.config.tied else [self.transformer.wte])
         n_params = sum(p.numel() for p in self.parameters())
         return n_params - sum(t.weight.numel() for t in lookups if t is not None) * non_embedding
 
     def embed(self, idx, pos=0):
-        """x_0 = Drop(E[t] + P[pos]) (llama: Drop(E[t])); geonorm then starts on the sphere of radius √d (§6.2)."""
+        """x_0 = Drop(E[t] + P[pos]) (llama: Drop(E[t])); geonorm then starts on the sphere of radius √d."""
         x = self.transformer.wte(idx)
         if self.transformer.wpe is not None:
-            x = x + self.transformer.wpe(torch.arange(pos, pos + idx.size(1), dtype=torch.long, device=idx.device))
+            x = x + self.transformer.wpe(torch.arange(pos, pos + idx.size(1), device=idx.device))
         x = self.transformer.drop(x)
-        if self.config.norm_mode == "geonorm" and self.config.geo_radius == "sqrt_d":
+        if self.config.norm_mode == "geonorm" and self.config.geo_radius == "sqrt_d":  # §6.2
             x = math.sqrt(self.config.n_embd) * x / vec_norm(x)
         return x
 
     def forward(self, idx, targets=None, pos=0, all_logits=False):
-        """idx (B, T) token ids at positions pos..pos+T-1 -> (logits, mean loss). Without targets only
-        the last position's logits (B, 1, V) are computed, as in nanoGPT: generation needs no more;
-        all_logits=True gives every position's (B, T, V), for scoring text (eval.py)."""
-        B, T = idx.size()
-        if pos + T > self.config.block_size:
-            raise ValueError(f"cannot forward positions up to {pos + T}: block_size is only {self.config.block_size}")
+        """idx (B, T) token ids at positions pos..pos+T-1 -> (logits, mean loss). Without targets only the
+        last position's logits (B, 1, V), as in nanoGPT (generate needs no more), or all_logits (B, T, V)."""
+        T, T_max = idx.size(1), self.config.block_size
+        if pos + T > T_max:
+            raise ValueError(f"cannot forward positions up to {pos + T}: block_size is only {T_max}")
         x = self.embed(idx, pos)
         rope = None if self.rope is None else self.rope[pos:pos + T]  # (T, hs/2, 2)
         for block in self.transformer.h:
@@ -400,7 +380,7 @@ class GPT(nn.Module):
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-        fused = device_type == "cuda"  # one kernel for the whole update; not available on CPU
+        fused = device_type == "cuda"  # one kernel for the whole update (not on CPU)
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
     def estimate_mfu(self, fwdbwd_per_iter, dt, peak_flops):
@@ -415,15 +395,15 @@ class GPT(nn.Module):
             block.attn.kv_cache = () if enabled else None
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None, use_cache=True,
-                 on_token=None):
-        """Continue idx (B, T) by max_new_tokens tokens; temperature 0 is greedy; on_token, if given, gets each
-        new token (B, 1) as soon as it is sampled. Without the cache every token recomputes its last block_size
-        tokens (nanoGPT). With it a new token costs one position, and a full cache is prefilled again with its
-        newest (block_size + 1) // 2 tokens at positions 0..: keys and values belong to fixed positions, so past
-        block_size the model sees between half a window and a full window of context."""
-        block_size = self.config.block_size
-        window = None  # index in idx of the token cached at position 0; None: nothing cached yet
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None,
+                 use_cache=True, on_token=None):
+        """Continue idx (B, T) by max_new_tokens tokens; temperature 0 is greedy; on_token, if given, gets
+        each new token (B, 1) as soon as it is sampled. The cache policy (written here only): without the
+        cache each token recomputes the last block_size tokens (nanoGPT). With it a new token costs one
+        position, and a full cache is prefilled again with its newest (block_size + 1) // 2 tokens at
+        positions 0..: keys and values belong to fixed positions (learned in gpt2, rotated in llama), so the
+        window cannot slide; past block_size the model sees between half a window and a whole one."""
+        block_size, window = self.config.block_size, None  # window: idx's index of the token cached at 0
         self.enable_kv_cache(use_cache)
         try:
             for _ in range(max_new_tokens):
@@ -445,36 +425,37 @@ class GPT(nn.Module):
 
 
 def from_gpt2(source, block_size=None, dropout=0.0):
-    """OpenAI's GPT-2 as a `pre` GPT (nanoGPT's from_pretrained). source: a transformers GPT2LMHeadModel, or
-    what transformers loads one from: 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl' or a local folder.
-    block_size may crop its positions; its 50257 tokens stay unpadded (a padding row would take probability)."""
+    """OpenAI's GPT-2 as a `pre` GPT (nanoGPT's from_pretrained), from a transformers GPT2LMHeadModel or
+    what transformers loads one from ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl', a folder). block_size
+    may crop its positions; its 50257 tokens stay unpadded (a padding row would take probability)."""
     if isinstance(source, str):
         try:
             from transformers import GPT2LMHeadModel
         except ImportError:
-            raise SystemExit("error: OpenAI's GPT-2 weights are read with transformers: pip install transformers")
+            raise ValueError("OpenAI's GPT-2 weights are read with transformers: pip install transformers")
         try:
             source = GPT2LMHeadModel.from_pretrained(source)
         except OSError as e:
-            raise SystemExit(f"error: cannot load GPT-2 {source!r} ({str(e).splitlines()[0]}) For a local copy, run "
-                             f"GPT2LMHeadModel.from_pretrained({source!r}).save_pretrained(DIR) where the hub is "
-                             "reachable, then init_from=DIR")
+            raise ValueError(f"cannot load GPT-2 {source!r} ({str(e).splitlines()[0]}) For a local copy, run"
+                             f" GPT2LMHeadModel.from_pretrained({source!r}).save_pretrained(DIR) where the"
+                             " hub is reachable, then init_from=DIR")
     hf = source.config
     if (block_size or 0) > hf.n_positions:
-        raise SystemExit(f"error: block_size={block_size} is beyond GPT-2's {hf.n_positions} positions: lower it")
-    model = GPT(GPTConfig(block_size=block_size or hf.n_positions, vocab_size=hf.vocab_size, n_layer=hf.n_layer,
-                          n_head=hf.n_head, n_embd=hf.n_embd, dropout=dropout, bias=True, norm_mode="pre",
+        raise ValueError(f"block_size={block_size} is beyond GPT-2's {hf.n_positions} positions: lower it")
+    model = GPT(GPTConfig(block_size=block_size or hf.n_positions, vocab_size=hf.vocab_size, n_embd=hf.n_embd,
+                          n_layer=hf.n_layer, n_head=hf.n_head, dropout=dropout, bias=True, norm_mode="pre",
                           norm_eps=hf.layer_norm_epsilon, gelu_tanh=hf.activation_function == "gelu_new"))
-    conv1d = (".c_attn.weight", ".c_proj.weight", ".c_fc.weight")  # transformers' Conv1D stores W as (in, out)
-    state = {k: v.t() if k.endswith(conv1d) else v for k, v in source.state_dict().items() if k in model.state_dict()}
+    conv1d = (".c_attn.weight", ".c_proj.weight", ".c_fc.weight")  # Conv1D in transformers: W as (in, out)
+    ours = model.state_dict()
+    state = {k: v.t() if k.endswith(conv1d) else v for k, v in source.state_dict().items() if k in ours}
     state["transformer.wpe.weight"] = state["transformer.wpe.weight"][:model.config.block_size]
     model.load_state_dict(state)  # strict: every parameter of ours is set
     return model
 
 
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
-    """Pick one token per row of logits (B, V): greedy at temperature 0, else from the softmax
-    of logits/temperature restricted to the top_k most likely tokens and the top_p nucleus."""
+    """One token per row of logits (B, V): the argmax at temperature 0, else sampled from
+    softmax(logits/temperature) restricted to the top_k most likely tokens and to the top_p nucleus."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits / temperature

@@ -181,7 +181,10 @@ def build_model(cfg, meta, ckpt, proc):
         sys.exit(f"error: init_from={cfg.init_from} needs a dataset in GPT-2 BPE, and {cfg.dataset} is by "
                  f"{meta['tokenizer']}: prepare one with prepare_data.py --tokenizer gpt2")
     else:
-        raw_model = from_gpt2(cfg.init_from, cfg.block_size, cfg.dropout).to(home)
+        try:
+            raw_model = from_gpt2(cfg.init_from, cfg.block_size, cfg.dropout).to(home)
+        except ValueError as e:  # model.py's one line: transformers missing, no such GPT-2, block_size too long
+            sys.exit(f"error: {e}")
         vars(cfg).update({k: v for k, v in dataclasses.asdict(raw_model.config).items() if k in vars(cfg)})
     train_model, eval_model = devices.parallelize(raw_model, cfg, proc)
     optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),

@@ -1,7 +1,9 @@
 """model.py against ../shared/NORM_MODES.md: one test per property, named after it (§2–§9). The properties
 that do not belong to GPT-2's block run on both block families (§11); tests/test_llama.py has llama's own."""
 import dataclasses
+import importlib.util
 import math
+import sys
 
 import pytest
 import torch
@@ -726,6 +728,26 @@ def test_without_targets_only_the_last_position_is_computed(mode, arch):
     assert no_loss is None and last.shape == (2, 1, 65) and full.shape == (2, 32, 65)
     assert torch.allclose(last, full[:, [-1]], atol=1e-6)
     assert loss == pytest.approx(F.cross_entropy(full.view(-1, 65), targets.view(-1)).item())
+
+
+def test_join_of_an_unknown_mode_is_an_error_not_a_silent_branch():
+    """A mode that no branch of join knows fails loudly (the LayerNorm-Scaling repository's unmatched name
+    trained blocks that return their input): here a block whose mode was changed after it was built."""
+    block = build("pre").transformer.h[0]
+    block.mode = "prenorm"
+    with pytest.raises(ValueError, match="unknown norm_mode 'prenorm': choose one of post, pre"):
+        block(torch.randn(1, 4, 64))
+
+
+def test_from_gpt2_without_transformers_or_the_hub_is_a_one_line_value_error(monkeypatch):
+    """from_gpt2 raises; train.py and eval.py print the message as `error: ...` and exit."""
+    if importlib.util.find_spec("transformers") is not None:
+        with pytest.raises(ValueError, match=r"^cannot load GPT-2 'normgpt/no-such-gpt2' \(.*\) For a local copy, run "
+                                             r".*save_pretrained\(DIR\) where the hub is reachable, then init_from=DIR$"):
+            M.from_gpt2("normgpt/no-such-gpt2")  # HF_HUB_OFFLINE (conftest.py): the hub is out of reach
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if not installed
+    with pytest.raises(ValueError, match=r"^OpenAI's GPT-2 weights are read with transformers: pip install transformers$"):
+        M.from_gpt2("gpt2")
 
 
 def test_forward_past_block_size_is_a_clear_error():
