@@ -1,4 +1,4 @@
-"""normgpt's GPT: nanoGPT's GPT-2, or a Llama-style block, with six places to put the normalization.
+"""normgpt's GPT: nanoGPT's GPT-2, or a Llama-style block, with eleven places to put the normalization.
 
 A norm mode is an equation: a branch of `Block.join`, which joins a sub-layer f (attention or MLP) to the
 residual stream x. ../shared/NORM_MODES.md is the specification; § in comments refer to its sections.
@@ -9,14 +9,24 @@ residual stream x. ../shared/NORM_MODES.md is the specification; § in comments 
     sandwich    x + LN(f(LN(x)))                        CogView (arXiv 2105.13290)
     geonorm     exp_x(a_k·v), v = f(LN(x)) ⟂ x          GeoNorm Eq. 3, 5 (arXiv 2601.22095)
     simplenorm  x + f(x), f normalizes after every W    SimpleGPT §4.1 (arXiv 2602.01212)
+    lns         x + f(LN(x)/√k)                         LayerNorm Scaling (arXiv 2502.05795)
+    mixln       post in blocks k ≤ ⌊αL⌋, pre after      Mix-LN (arXiv 2412.13795)
+    reorder     x + LN(f(x))                            OLMo 2 (arXiv 2501.00656)
+    hybrid      z + f(z), z = x (QKV-norm in f) or LN(x) (MLP)  HybridNorm (arXiv 2503.04598)
+    ngpt        Norm(x + |α|⊙(Norm(f(x)) − x)), all unit        nGPT (arXiv 2410.01131)
 
+Two switches act on the placements they fit: embed_norm, a norm on x_0 (Peri-LN is sandwich with it), and
+norm_type='dyt', Dynamic Tanh γ⊙tanh(α·x) + β in place of the family's norm (arXiv 2503.10622).
 Besides its branch, a mode acts in these places, and nowhere else:
-    GPTConfig             its settings (geo_*, sandwich_*) and their checks in validate
-    CausalSelfAttention   simplenorm's norms after W_q, W_k, W_v, W_o (in MLP: W₁, W₃, W₂; rms_norm: their ε)
-    Block.__init__        the block's norms (ln_1, ln_2, sandwich's ln_1_out, ln_2_out) and constants
-    GPT.__init__          the final norm ln_f: none for post and deep, an RMSNorm for simplenorm
-    GPT.init_weights      deep's Xavier init with gain β, sandwich's depth-scaled output gains
-    GPT.embed             geonorm's projection of x_0 onto the sphere of radius √d
+    GPTConfig             its settings (geo_*, sandwich_*, lns_*, mixln_*, hybrid_*) and their checks
+    rms_norm              the ε of simplenorm's and hybrid's norms (family_norm: DyT under norm_type='dyt')
+    CausalSelfAttention   simplenorm's norms after W_q, W_k, W_v, W_o; hybrid's per head; ngpt's unit q, k
+    MLP                   simplenorm's norms after W₁, W₃, W₂; ngpt's scales s_v, s_u
+    Block.__init__        the block's norms, constants (α, a_k, 1/√k, ngpt's α), mode (mixln, hybrid_star)
+    GPT.__init__          the final norm ln_f (none for post, deep, ngpt); ln_emb, DyT's s, ngpt's s_z
+    GPT.init_weights      deep's Xavier init with gain β, sandwich's gains, lns's plain W_o, ngpt's projection
+    GPT.embed, forward    geonorm's radius √d, DyT's s, ngpt's unit x_0 and its logit scale s_z
+    normalize_weights     ngpt's projection of every matrix onto unit vectors, also after each step (train.py)
 
 The block family, `arch` (§11), swaps the parts around that placement and keeps the placement:
     gpt2   learned positions   GELU MLP, 4d                LayerNorm   tied head     nanoGPT init
@@ -31,7 +41,10 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 ARCHS = ("gpt2", "llama")
-NORM_MODES = ("post", "pre", "deep", "sandwich", "geonorm", "simplenorm")
+NORM_MODES = ("post", "pre", "deep", "sandwich", "geonorm", "simplenorm",  # version 2's, then §13's
+              "lns", "mixln", "reorder", "hybrid", "ngpt")
+NORM_TYPES = ("norm", "dyt")  # the family's LayerNorm or RMSNorm, or Dynamic Tanh
+DYT_MODES = ("pre", "sandwich", "geonorm", "lns", "reorder", "hybrid")  # DyT's place: before f or on f(x)
 GEO_DECAYS = ("harmonic", "sqrt", "linear", "none")
 GEO_RADII = ("sqrt_d", "embed")
 
@@ -46,13 +59,13 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = False  # biases in Linears and LayerNorms; simplenorm and llama require False
     arch: str = "gpt2"  # the block family, one of ARCHS (§11)
-    tie_embeddings: bool | None = None  # the head is E; None: the family's choice, gpt2 tied, llama untied
+    tie_embeddings: bool | None = None  # the head is E; None: gpt2 tied, llama (and ngpt) untied
     n_kv_head: int | None = None  # key/value heads, fewer for grouped-query attention; None: n_head
     rope_theta: float = 10000.0  # llama: the rotary base θ
     multiple_of: int = 256  # llama: the SwiGLU width is rounded up to a multiple of this
     ffn_dim_multiplier: float | None = None  # llama: scales the SwiGLU width before rounding
     norm_mode: str = "pre"  # one of NORM_MODES
-    norm_eps: float | None = None  # None: 1e-5, but 1e-6 for simplenorm under a tied 0.02 embedding (§7.3)
+    norm_eps: float | None = None  # None: 1e-5, but 1e-6 for simplenorm's, hybrid's under a tied 0.02 E
     qk_norm: bool = False  # RMSNorm on q and k (over all heads jointly), usable with any mode
     geo_alpha: float = 1.0  # geonorm: base step size a
     geo_decay: str = "harmonic"  # geonorm: a_k = a/k | a/√k | a(L-k+1)/L | a
@@ -61,13 +74,22 @@ class GPTConfig:
     geo_max_angle: float | None = None  # geonorm: smooth clamp of the rotation angle θ (radians)
     sandwich_depth_scaled: bool = False  # sandwich: output-norm gains c/√L (Pangu Ultra DSSN)
     gelu_tanh: bool = False  # gpt2: GELU's tanh approximation, which OpenAI's GPT-2 uses (from_gpt2)
+    lns_scaled_init: bool = False  # lns: keep the family's depth-scaled W_o, W₂, W₃ (off: 0.02, §13.1)
+    mixln_alpha: float = 0.25  # mixln: blocks 1..⌊αL⌋ post-norm, the rest pre-norm (§13.2)
+    hybrid_star: bool = False  # hybrid: block 1 a pre-norm block with QKV-norm (HybridNorm*, §13.4)
+    embed_norm: bool = False  # the family's norm on x_0 (Peri-LN = sandwich + embed_norm, §13.3)
+    norm_type: str = "norm"  # one of NORM_TYPES: 'dyt' puts Dynamic Tanh in place of the norms (§13.5)
+    dyt_alpha_attn: float = 0.8  # dyt: α at init of ln_1
+    dyt_alpha_ffn: float = 0.2  # dyt: α at init of ln_2, the output norms and ln_emb
+    dyt_alpha_final: float = 0.2  # dyt: α at init of ln_f
 
     def __post_init__(self):
         self.validate()
 
     @property
     def tied(self):
-        return self.arch == "gpt2" if self.tie_embeddings is None else self.tie_embeddings
+        family = self.arch == "gpt2" and self.norm_mode != "ngpt"  # ngpt's head is untied, as its authors'
+        return family if self.tie_embeddings is None else self.tie_embeddings
 
     def validate(self):
         """Raise a one-line ValueError that names the fix for any invalid setting."""
@@ -77,7 +99,7 @@ class GPTConfig:
             if type(value) is not int or value <= 0:  # exactly int: True is no size
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         for name, choices in (("arch", ARCHS), ("norm_mode", NORM_MODES), ("geo_decay", GEO_DECAYS),
-                              ("geo_radius", GEO_RADII)):
+                              ("geo_radius", GEO_RADII), ("norm_type", NORM_TYPES)):
             if (value := getattr(self, name)) not in choices:
                 raise ValueError(f"unknown {name} {value!r}: choose one of {', '.join(choices)}")
         hs = self.n_embd // self.n_head
@@ -95,6 +117,14 @@ class GPTConfig:
             (self.geo_alpha < 0, f"geo_alpha must be >= 0, got {self.geo_alpha!r}"),
             (self.rope_theta <= 0, f"rope_theta must be > 0, got {self.rope_theta!r}"),
             ((self.norm_eps or 0) < 0, f"norm_eps must be None or >= 0, got {self.norm_eps!r}"),
+            (not 0 <= self.mixln_alpha <= 1, f"mixln_alpha must be in [0, 1], got {self.mixln_alpha!r}"),
+            (self.norm_type == "dyt" and self.norm_mode not in DYT_MODES, f"norm_type='dyt' does not fit "
+             f"norm_mode={self.norm_mode!r}: DyT replaces the norms of {', '.join(DYT_MODES)} only"),
+            (self.qk_norm and self.norm_mode in ("hybrid", "ngpt"),
+             f"{self.norm_mode} normalizes q and k per head already: set qk_norm=False"),
+            (self.norm_mode == "ngpt" and (self.bias or self.embed_norm or (self.n_kv_head or self.n_head)
+                                           != self.n_head), "ngpt needs bias=False, embed_norm=False and "
+             "n_kv_head=None: its rows are directions, x_0 is a unit vector already, q and k share s_qk"),
             (self.geo_max_angle is not None and self.geo_max_angle <= 0,
              f"geo_max_angle must be None or > 0, got {self.geo_max_angle!r}"),
             (self.ffn_dim_multiplier is not None and self.ffn_dim_multiplier <= 0,
@@ -120,21 +150,43 @@ class RMSNorm(nn.Module):
         return F.rms_norm(at_least_fp32(x), x.shape[-1:], at_least_fp32(self.weight), self.eps).type_as(x)
 
 
-def family_norm(config, ndim):
-    """The family's norm (ln_1, ln_2, sandwich's output norms, ln_f): LayerNorm or RMSNorm, ε 1e-5 (§11)."""
+class DyT(nn.Module):
+    """Dynamic Tanh γ ⊙ tanh(α·x) + β, α a learned scalar, β iff the norm it replaces has a bias (§13.5)."""
+
+    def __init__(self, ndim, alpha, bias):
+        super().__init__()
+        self.alpha, self.weight = nn.Parameter(torch.tensor([float(alpha)])), nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x):  # elementwise, no reduction: no ε
+        y = self.weight * torch.tanh(self.alpha * at_least_fp32(x))
+        return (y if self.bias is None else y + self.bias).type_as(x)
+
+
+def family_norm(config, ndim, role):
+    """The family's norm, LayerNorm or RMSNorm, ε 1e-5 (§11); under norm_type='dyt' a DyT with α at
+    dyt_alpha_<role>, role attn (ln_1), final (ln_f) or ffn (ln_2, the output norms, ln_emb) (§13.5)."""
     eps = 1e-5 if config.norm_eps is None else config.norm_eps
+    if config.norm_type == "dyt":
+        return DyT(ndim, getattr(config, f"dyt_alpha_{role}"), config.bias)
     return nn.LayerNorm(ndim, eps, bias=config.bias) if config.arch == "gpt2" else RMSNorm(ndim, eps)
 
 
 def rms_norm(config, ndim):
-    """The RMSNorm of QK-norm and simplenorm: ε 1e-5, or 1e-6 for simplenorm under a tied 0.02 E (§7.3)."""
-    default_eps = 1e-6 if config.norm_mode == "simplenorm" and config.tied else 1e-5
+    """The RMSNorm of QK-norm, simplenorm and hybrid: ε 1e-5, or 1e-6 for simplenorm and hybrid under a tied
+    0.02 E, whose projections in block 1 are tiny (§7.3, §13.4)."""
+    default_eps = 1e-6 if config.norm_mode in ("simplenorm", "hybrid") and config.tied else 1e-5
     return RMSNorm(ndim, default_eps if config.norm_eps is None else config.norm_eps)
 
 
 def vec_norm(t):
     """‖t‖ over the last dim, (B, T, 1); the 1e-12 keeps the value and gradient finite at t = 0."""
     return (t.pow(2).sum(-1, keepdim=True) + 1e-12).sqrt()
+
+
+def unit(t):
+    """t/‖t‖ over the last dim, in fp32 (nGPT's Norm; bf16 would leave ‖·‖ − 1 at ~4e-3); 0 stays 0."""
+    return F.normalize(at_least_fp32(t), dim=-1)
 
 
 def tangent(x, s):
@@ -194,23 +246,33 @@ class CausalSelfAttention(nn.Module):
         self.sizes = (d, kv, kv)
         self.c_attn = nn.Linear(d, d + 2 * kv, bias=config.bias)  # q, k, v for all heads in one matmul
         self.c_proj = nn.Linear(d, d, bias=config.bias)
-        simple = config.norm_mode == "simplenorm"
-        # simplenorm: an RMSNorm after every W (q, k, v, o); qk_norm after q and k; each over all heads (§7.1)
-        self.q_norm = rms_norm(config, d) if simple or config.qk_norm else nn.Identity()
-        self.k_norm = rms_norm(config, kv) if simple or config.qk_norm else nn.Identity()
-        self.v_norm = rms_norm(config, kv) if simple else nn.Identity()
-        self.o_norm = rms_norm(config, d) if simple else nn.Identity()
+        mode, hs = config.norm_mode, d // self.n_head
+        # simplenorm: an RMSNorm after every W (q, k, v, o), qk_norm after q and k, over all heads (§7.1);
+        # hybrid: an RMSNorm on each head's q, k and v, one gain (hs,) shared by the heads (§13.4)
+        self.per_head, qkv = mode == "hybrid", mode in ("simplenorm", "hybrid")
+        norm = lambda used, width: rms_norm(config, hs if self.per_head else width) if used else nn.Identity()
+        self.q_norm, self.k_norm = norm(qkv or config.qk_norm, d), norm(qkv or config.qk_norm, kv)
+        self.v_norm, self.o_norm = norm(qkv, kv), norm(mode == "simplenorm", d)
+        # ngpt: q and k unit per head times s_qk (stored 1/√d, used ×√d: 1 at init), scores ×√hs (§13.6)
+        self.s_qk = nn.Parameter(torch.full((d,), d ** -0.5)) if mode == "ngpt" else None
+        self.scale = math.sqrt(hs) if mode == "ngpt" else None  # None: SDPA's 1/√hs
         self.dropout, self.resid_dropout = config.dropout, nn.Dropout(config.dropout)
         self.block_size, self.kv_cache = config.block_size, None  # kv_cache, generating: the (k, v) buffers
 
     def forward(self, x, pos=0, rope=None):
         """x (B, T, C) at positions pos..pos+T-1; rope: their rows of the rotary table (llama), or None."""
         B, T, C = x.size()
+        hs = C // self.n_head
         q, k, v = self.c_attn(x).split(self.sizes, dim=2)  # split before normalizing: each is its own W
-        heads = lambda t: t.view(B, T, -1, C // self.n_head).transpose(1, 2)  # (B, nh or n_kv, T, hs)
+        if self.per_head:  # hybrid: (B, T, heads, hs), so that each head is normalized on its own
+            q, k, v = (t.unflatten(-1, (-1, hs)) for t in (q, k, v))
+        heads = lambda t: t.view(B, T, -1, hs).transpose(1, 2)  # (B, nh or n_kv, T, hs)
         q, k, v = heads(self.q_norm(q)), heads(self.k_norm(k)), heads(self.v_norm(v))
         if rope is not None:  # after any norm of q and k, as SimpleGPT's code does (§11)
             q, k = rotate(q, rope), rotate(k, rope)
+        if self.s_qk is not None:  # ngpt: after rotary, as its code (a rotation keeps norms anyway)
+            s_qk = (self.s_qk * math.sqrt(C)).view(self.n_head, 1, hs)  # (nh, 1, hs)
+            q, k = (s_qk * unit(q)).type_as(v), (s_qk * unit(k)).type_as(v)
         if self.kv_cache is not None:  # generating: keep the (rotated) keys and values of earlier positions
             if pos == 0:  # a (re)prefill: fresh buffers with room for a window, (B, n_kv, block_size, hs)
                 self.kv_cache = tuple(t.new_zeros(B, t.size(1), self.block_size, t.size(3)) for t in (k, v))
@@ -223,14 +285,16 @@ class CausalSelfAttention(nn.Module):
         if cached and T > 1:
             mask = torch.ones(T, k.size(2), dtype=torch.bool, device=x.device).tril(cached)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout * self.training,
-                                           is_causal=mask is None and T > 1, enable_gqa=k.size(1) < q.size(1))
+                                           is_causal=mask is None and T > 1, scale=self.scale,
+                                           enable_gqa=k.size(1) < q.size(1))
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
         return self.resid_dropout(self.o_norm(self.c_proj(y)))
 
 
 class MLP(nn.Module):
     """gpt2: W₂ GELU(W₁h), 4d wide. llama: SwiGLU, W₂(SiLU(W₁h) ⊙ W₃h) (Shazeer 2020, FFN_SwiGLU with
-    Swish₁ = SiLU). simplenorm: an RMSNorm after W₁ and W₃ (over the hidden width) and after W₂ (§7.1)."""
+    Swish₁ = SiLU). simplenorm: an RMSNorm after W₁ and W₃ (over the hidden width) and after W₂ (§7.1).
+    ngpt: W₁h and W₃h scaled by s_v and s_u, stored 1 and used ×√d, before the nonlinearity (§13.6)."""
 
     def __init__(self, config):
         super().__init__()
@@ -243,12 +307,16 @@ class MLP(nn.Module):
         self.up_norm = rms_norm(config, hidden) if simple and llama else nn.Identity()
         self.c_proj = nn.Linear(hidden, d, bias=config.bias)  # W₂
         self.proj_norm = rms_norm(config, d) if simple else nn.Identity()
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout, self.sqrt_d, ngpt = nn.Dropout(config.dropout), math.sqrt(d), config.norm_mode == "ngpt"
+        self.s_v = nn.Parameter(torch.ones(hidden)) if ngpt else None
+        self.s_u = nn.Parameter(torch.ones(hidden)) if ngpt and llama else None
 
     def forward(self, x):
-        h = self.act(self.fc_norm(self.c_fc(x)))
+        h = self.fc_norm(self.c_fc(x))
+        h = self.act(h if self.s_v is None else h * (self.s_v * self.sqrt_d))
         if self.c_up is not None:
-            h = h * self.up_norm(self.c_up(x))
+            u = self.up_norm(self.c_up(x))
+            h = h * (u if self.s_u is None else u * (self.s_u * self.sqrt_d))
         return self.dropout(self.proj_norm(self.c_proj(h)))
 
 
@@ -257,20 +325,31 @@ class Block(nn.Module):
 
     def __init__(self, config, k):
         super().__init__()
-        self.mode = mode = config.norm_mode
-        self.attn, self.mlp = CausalSelfAttention(config), MLP(config)
-        norm = lambda used: family_norm(config, config.n_embd) if used else nn.Identity()
-        # ln_1/ln_2 sit before each sub-layer (pre, sandwich, geonorm) or after the add (post, deep).
-        uses_ln = mode in ("pre", "post", "deep", "sandwich") or mode == "geonorm" and config.geo_input_norm
-        self.ln_1, self.ln_2 = norm(uses_ln), norm(uses_ln)
-        self.ln_1_out, self.ln_2_out = norm(mode == "sandwich"), norm(mode == "sandwich")  # on f's output
-        self.alpha = deepnorm_constants(config.n_layer)[0]  # deep: the residual's scale α
-        a, L, self.geo_max_angle = config.geo_alpha, config.n_layer, config.geo_max_angle  # geonorm: a_k
+        mode, L, d = config.norm_mode, config.n_layer, config.n_embd
+        if mode == "mixln":  # Mix-LN: post in blocks 1..⌊αL⌋ (the 1e-9 keeps 0.3·10 at 3), pre after (§13.2)
+            mode = "post" if k <= math.floor(config.mixln_alpha * L + 1e-9) else "pre"
+        if mode == "hybrid" and config.hybrid_star and k == 1:  # HybridNorm*: block 1 pre, keeping QKV-norm
+            mode = "pre"
+        self.mode, self.attn, self.mlp = mode, CausalSelfAttention(config), MLP(config)
+        norm = lambda used, role: family_norm(config, d, role) if used else nn.Identity()
+        # ln_1/ln_2 sit before each sub-layer (pre, sandwich, geonorm, lns) or after the add (post, deep);
+        # hybrid has ln_2 only, on its stream before the MLP; sandwich and reorder normalize f's output.
+        uses_ln = mode in ("pre", "post", "deep", "sandwich", "lns") or (mode == "geonorm"
+                                                                         and config.geo_input_norm)
+        self.ln_1, self.ln_2 = norm(uses_ln, "attn"), norm(uses_ln or mode == "hybrid", "ffn")
+        out = mode in ("sandwich", "reorder")
+        self.ln_1_out, self.ln_2_out = norm(out, "ffn"), norm(out, "ffn")
+        self.alpha, self.lns_scale = deepnorm_constants(L)[0], 1 / math.sqrt(k)  # deep's α; lns's 1/√k
+        a, self.geo_max_angle = config.geo_alpha, config.geo_max_angle  # geonorm: a_k
         self.geo_step = {"harmonic": a / k, "sqrt": a / math.sqrt(k), "linear": a * (L - k + 1) / L,
                          "none": a}[config.geo_decay]  # §6.2, for both sub-layers; k from 1: a/k is defined
+        # ngpt: the eigen learning rates α_A and α_M, stored 1/√d and used ×0.05√d: 0.05 at init (§13.6)
+        eigen_lr = lambda: nn.Parameter(torch.full((d,), d ** -0.5)) if mode == "ngpt" else None
+        self.alpha_attn, self.alpha_mlp = eigen_lr(), eigen_lr()
 
-    def join(self, x, f, norm, out_norm):
-        """Join sub-layer f to the residual stream x; norm: ln_1 or ln_2; out_norm: sandwich's output norm."""
+    def join(self, x, f, norm, out_norm, lr):
+        """Join sub-layer f to the residual stream x; norm: ln_1 or ln_2; out_norm: f's output norm; lr:
+        ngpt's α_A or α_M. mixln and hybrid_star have no branch: __init__ makes their blocks post or pre."""
         if self.mode == "pre":  # x + f(LN(x))
             return x + f(norm(x))
         if self.mode == "post":  # LN(x + f(x))                        GeoNorm Eq. 1
@@ -283,11 +362,20 @@ class Block(nn.Module):
             return geodesic_step(x, f(norm(x)), self.geo_step, self.geo_max_angle)
         if self.mode == "simplenorm":  # x + f(x), Norm(Wx) inside f   SimpleGPT §4.1
             return x + f(x)
+        if self.mode == "lns":  # x + f(LN(x)/√k)                      LayerNorm Scaling (LNS code, OLMo-core)
+            return x + f(norm(x) * self.lns_scale)
+        if self.mode == "reorder":  # x + LN(f(x))                     OLMo 2 (OLMo-core, reordered norm)
+            return x + out_norm(f(x))
+        if self.mode == "hybrid":  # z + f(z), z = x for attention (QKV-norm inside f), LN(x) for the MLP
+            z = norm(x)  # HybridNorm's code: the MLP's residual carries the normalized stream
+            return z + f(z)
+        if self.mode == "ngpt":  # Norm(x + |α|⊙(Norm(f(x)) − x)), α used ×0.05√d   nGPT (NVIDIA/ngpt)
+            return unit(torch.lerp(unit(x), unit(f(x)), lr.abs() * (0.05 * math.sqrt(x.size(-1)))))
         raise ValueError(f"unknown norm_mode {self.mode!r}: choose one of {', '.join(NORM_MODES)}")
 
     def forward(self, x, pos=0, rope=None):
-        x = self.join(x, lambda h: self.attn(h, pos, rope), self.ln_1, self.ln_1_out)
-        return self.join(x, self.mlp, self.ln_2, self.ln_2_out)
+        x = self.join(x, lambda h: self.attn(h, pos, rope), self.ln_1, self.ln_1_out, self.alpha_attn)
+        return self.join(x, self.mlp, self.ln_2, self.ln_2_out, self.alpha_mlp)
 
 
 class GPT(nn.Module):
@@ -302,27 +390,34 @@ class GPT(nn.Module):
             # learned positions (gpt2); llama rotates q and k instead, with the table self.rope
             wpe=nn.Embedding(config.block_size, d) if config.arch == "gpt2" else None,
             drop=nn.Dropout(config.dropout),
+            ln_emb=family_norm(config, d, "ffn") if config.embed_norm else nn.Identity(),  # embed_norm
             h=nn.ModuleList([Block(config, k) for k in range(1, config.n_layer + 1)]),
-            # post and deep end on a block's norm already: a final norm would only add an affine (§3, §4)
-            ln_f=(nn.Identity() if mode in ("post", "deep") else rms_norm(config, d) if mode == "simplenorm"
-                  else family_norm(config, d)),
         ))
+        # no final norm after a post block's norm (post, deep, all-post mixln) or ngpt's unit vector (§3, §4)
+        self.transformer.ln_f = (nn.Identity() if self.transformer.h[-1].mode in ("post", "deep", "ngpt")
+                                 else rms_norm(config, d) if mode == "simplenorm"
+                                 else family_norm(config, d, "final"))
         self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
         if config.tied:
             self.transformer.wte.weight = self.lm_head.weight  # E is both embedding and head
+        if config.norm_type == "dyt":  # x_0 = s·(E[t] + P[pos]), s = √d·0.02/σ_E, σ_E 0.02 tied, 1 untied
+            self.transformer.emb_scale = nn.Parameter(torch.tensor([d ** 0.5 * (1 if config.tied else 0.02)]))
+        # ngpt: logits s_z ⊙ (cosines), s_z stored 1/√d and used ×√d: 1 at init (§13.6)
+        self.s_z = nn.Parameter(torch.full((config.vocab_size,), d ** -0.5)) if mode == "ngpt" else None
         self.init_weights()
 
     def init_weights(self):
-        """The family's init (§1, §11), each mode's override (deep §4, sandwich DSSN §5), an untied head's.
-        It also makes the rotary table, so it restores a model built on the meta device too."""
+        """The family's init (§1, §11), the modes' overrides (§4, §5, §13.1, §13.6), an untied head's. It also
+        makes the rotary table, so it restores a model built on the meta device too."""
         c, L, d, blocks = self.config, self.config.n_layer, self.config.n_embd, self.transformer.h
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):  # torchtitan cuts at ±2, ±100σ: the same
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
-        for l, block in enumerate(blocks):  # W_o, W₂, llama's W₃: GPT-2's 0.02/√(2L), torchtitan's by depth
-            std = 0.02 / math.sqrt(2 * L) if c.arch == "gpt2" else 0.02 / math.sqrt(2 * (l + 1))
+        depth_scaled = c.norm_mode != "lns" or c.lns_scaled_init  # lns: 0.02, as its authors recommend
+        for l, block in enumerate(blocks if depth_scaled else ()):  # W_o, W₂, llama's W₃: GPT-2's 1/√(2L),
+            std = 0.02 / math.sqrt(2 * L) if c.arch == "gpt2" else 0.02 / math.sqrt(2 * (l + 1))  # torchtitan
             for linear in filter(None, (block.attn.c_proj, block.mlp.c_proj, block.mlp.c_up)):  # c_up: llama
                 nn.init.normal_(linear.weight, mean=0.0, std=std)
         if c.norm_mode == "deep":  # DeepNet Fig. 2: Xavier-normal, gain β on v, o and the FFN (W₁, W₂, W₃)
@@ -340,8 +435,20 @@ class GPT(nn.Module):
             nn.init.normal_(self.transformer.wte.weight, mean=0.0, std=1.0)
             std = d ** -0.5
             nn.init.trunc_normal_(self.lm_head.weight, mean=0.0, std=std, a=-3 * std, b=3 * std)
+        self.normalize_weights()  # ngpt: only the directions of these Gaussian vectors remain
         rope = rotary_table(c).to(self.lm_head.weight.device) if c.arch == "llama" else None
         self.register_buffer("rope", rope, persistent=False)  # not a parameter: kept out of checkpoints
+
+    @torch.no_grad()
+    def normalize_weights(self):
+        """ngpt: every matrix's vectors along d back to unit length (§13.6's table): the rows of E, P, the
+        head, W_qkv, W₁, W₃; the columns of W_o, W₂. After init, and by train.py after each optimizer step,
+        outside the compiled graph: one norm per matrix, one division per group. Other modes: nothing."""
+        if self.config.norm_mode != "ngpt":
+            return
+        for columns in (False, True):  # the d-vectors of W_o and W₂ (c_proj) are their columns
+            group = [w for n, w in self.named_parameters() if w.dim() == 2 and ("c_proj" in n) == columns]
+            torch._foreach_div_(group, [w.norm(dim=0 if columns else 1, keepdim=True) for w in group])
 
     def get_num_params(self, non_embedding=True):
         """Parameter count, a tied head once; non_embedding leaves out lookups (positions, an untied E)."""
@@ -350,14 +457,17 @@ class GPT(nn.Module):
         return n_params - sum(t.weight.numel() for t in lookups if t is not None) * non_embedding
 
     def embed(self, idx, pos=0):
-        """x_0 = Drop(E[t] + P[pos]) (llama: Drop(E[t])); geonorm then starts on the sphere of radius √d."""
+        """x_0 = Drop(E[t] + P[pos]) (llama: Drop(E[t])), with DyT's s·(E[t] + P[pos]) and embed_norm's
+        N(E[t] + P[pos]); geonorm then starts on the sphere of radius √d, ngpt on the unit sphere."""
         x = self.transformer.wte(idx)
         if self.transformer.wpe is not None:
             x = x + self.transformer.wpe(torch.arange(pos, pos + idx.size(1), device=idx.device))
-        x = self.transformer.drop(x)
+        if self.config.norm_type == "dyt":
+            x = self.transformer.emb_scale * x
+        x = self.transformer.drop(self.transformer.ln_emb(x))
         if self.config.norm_mode == "geonorm" and self.config.geo_radius == "sqrt_d":  # §6.2
             x = math.sqrt(self.config.n_embd) * x / vec_norm(x)
-        return x
+        return unit(x) if self.config.norm_mode == "ngpt" else x
 
     def forward(self, idx, targets=None, pos=0, all_logits=False):
         """idx (B, T) token ids at positions pos..pos+T-1 -> (logits, mean loss). Without targets only the
@@ -370,9 +480,11 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             x = block(x, pos, rope)
         x = self.transformer.ln_f(x)
+        logits = self.lm_head(x if targets is not None or all_logits else x[:, [-1], :])  # (B, T | 1, V)
+        if self.s_z is not None:  # ngpt: cosines times s_z, in the head's dtype
+            logits = (logits * (self.s_z * math.sqrt(self.config.n_embd))).type_as(logits)
         if targets is None:
-            return self.lm_head(x if all_logits else x[:, [-1], :]), None  # (B, T, V) or (B, 1, V)
-        logits = self.lm_head(x)  # (B, T, V)
+            return logits, None
         return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):

@@ -112,15 +112,33 @@ def test_param_counts_equal_the_published_llama_models(shape, params):
 @pytest.mark.parametrize("mode, extra", [
     ("post", -4096), ("pre", 0), ("deep", -4096), ("sandwich", 32 * 2 * 4096), ("geonorm", 0),
     ("simplenorm", 32 * (-2 * 4096 + 4096 + 1024 + 1024 + 4096 + 14336 + 14336 + 4096)),
+    ("lns", 0), ("mixln", 0), ("reorder", 0), ("hybrid", 32 * (-4096 + 3 * 128)),
 ])
 def test_param_count_of_every_mode_on_llama(mode, extra):
     """Every mode's norm gains on the Llama 3 8B shape (d 4096, k and v 1024 wide, SwiGLU 14336): post and
-    deep drop ln_f; sandwich adds two output norms per block; simplenorm drops ln_1 and ln_2 and adds
-    norms after W_q, W_k, W_v, W_o, W₁, W₃ and W₂."""
+    deep drop ln_f; sandwich and reorder have two output norms per block instead of ln_1 and ln_2 (reorder:
+    none before f); simplenorm drops ln_1 and ln_2 and adds norms after W_q, W_k, W_v, W_o, W₁, W₃ and W₂;
+    hybrid drops ln_1 and adds q, k and v gains of the head size 128 (shared by the heads)."""
     assert count_params(mode, **LLAMA3_8B) == 8_030_261_248 + extra
 
 
+def test_ngpt_param_count_on_llama():
+    """§13.6 N8 on Llama 2 7B (ngpt needs n_kv_head = n_head): no norm gains (2L + 1 of d); per block α_A,
+    α_M, s_qk (d each), s_u and s_v (SwiGLU's 11008 each); s_z (V). Llama's head is untied already."""
+    L, d, h, V = 32, 4096, 11008, 32000
+    assert count_params("ngpt", **LLAMA2_7B) == 6_738_415_616 - (2 * L + 1) * d + L * (3 * d + 2 * h) + V
+
+
 # ---------------------------------------------------------------- torchtitan's init
+
+@pytest.mark.parametrize("mode", ["pre", "post", "sandwich", "simplenorm"])
+def test_llama_logits_at_init_have_unit_variance(mode):
+    """The untied head of std d^-½ reads the final norm's unit-RMS features: logits of variance about 1."""
+    model = build(mode, arch="llama", vocab_size=50304, n_embd=128)
+    with torch.no_grad():
+        logits, _ = model(batch(model.config, B=4)[0], all_logits=True)
+    assert abs(logits.var(-1).mean().item() - 1) < 0.1
+
 
 def test_torchtitan_init_stds():
     torch.manual_seed(0)
@@ -200,10 +218,11 @@ def test_tie_embeddings_defaults_to_the_family_and_sets_the_embedding_init():
     assert untied.get_num_params() == tied.get_num_params()  # E, a lookup, is no compute parameter when untied
 
 
-def copy_probability(mode, tie):
+def copy_probability(mode, tie, **settings):
     """Mean probability at init that the next token equals the current one, at GPT-2 width (d 768, V 50304)."""
     torch.manual_seed(0)
-    model = GPT(GPTConfig(norm_mode=mode, n_layer=2, n_head=12, n_embd=768, block_size=16, tie_embeddings=tie))
+    model = GPT(GPTConfig(norm_mode=mode, n_layer=2, n_head=12, n_embd=768, block_size=16, tie_embeddings=tie,
+                          **settings))
     idx = torch.randint(0, 50304, (2, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         logits, _ = model.eval()(idx, idx)
@@ -215,8 +234,19 @@ def test_a_tied_head_gives_post_deep_and_geonorm_a_copy_bias_at_gpt2_width():
     at d 768 the next token is "this one again" with probability 0.39–0.46, where pre, sandwich and
     simplenorm give it ~1e-5 (1/V). Untied, the three lose it too (the other three have nothing to lose;
     building them untied would cost 3 s each). Two blocks show it as well as GPT-2 small's twelve."""
-    tied = {mode: copy_probability(mode, True) for mode in NORM_MODES}
+    tied = {mode: copy_probability(mode, True) for mode in NORM_MODES[:6]}  # §13's: the next test
     assert all(tied[m] > 0.3 for m in ("post", "deep", "geonorm")), tied
     assert all(tied[m] < 1e-3 for m in ("pre", "sandwich", "simplenorm")), tied
     untied = {mode: copy_probability(mode, False) for mode in ("post", "deep", "geonorm")}
     assert all(p < 1e-3 for p in untied.values()), untied
+
+
+def test_which_of_the_lab_schemes_have_the_copy_bias():
+    """§13.2, §13.3: Mix-LN's post blocks (here α = 0.5 of 2) and pre + embed_norm keep the stream aligned with
+    E[t], as post does (0.37 each); hybrid and reorder do not (measured too: lns, ngpt, DyT below 1e-4, Peri-LN
+    0.0025, its unit-RMS branch outputs diluting E[t]). Untied, none has it (3e-5)."""
+    biased = {"mixln": copy_probability("mixln", True, mixln_alpha=0.5),
+              "pre+embed_norm": copy_probability("pre", True, embed_norm=True)}
+    unbiased = {mode: copy_probability(mode, True) for mode in ("reorder", "hybrid")}
+    assert all(p > 0.3 for p in biased.values()) and all(p < 3e-3 for p in unbiased.values()), (biased, unbiased)
+    assert copy_probability("mixln", False, mixln_alpha=0.5) < 1e-3
