@@ -335,6 +335,7 @@ def main(argv):
                 status = "diverged"
                 break
             optimizer.step()
+            raw_model.normalize_weights()  # ngpt: every matrix back onto unit vectors; other modes: nothing
             optimizer.zero_grad(set_to_none=True)
             run.step += 1
             speed.add(run.step, time.time() - t0)
