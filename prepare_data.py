@@ -14,7 +14,6 @@ import argparse
 import codecs
 import collections
 import contextlib
-import fcntl
 import glob
 import hashlib
 import itertools
@@ -24,6 +23,7 @@ import multiprocessing.pool
 import os
 import pathlib
 import re
+import signal
 import socket
 import sys
 import sysconfig
@@ -34,8 +34,8 @@ import urllib.request
 import numpy as np
 from tqdm import tqdm
 
-from data import (DATASETS, GPT2_META, HEADER_BYTES, _gpt2, first_line, get_tokenizer, read_shard, write_json,
-                  write_shard)
+from data import (DATASETS, GPT2_META, HEADER_BYTES, _gpt2, char_table, check_out_dir, first_line, get_tokenizer,
+                  locked_folder, read_shard, run_cli, write_json, write_shard)
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 BATCH_CHARS = 1 << 20  # text per worker task, and per piece of a .txt file: pickling costs little next to it
@@ -57,17 +57,6 @@ codecs.register_error("normgpt_replace", _count_and_replace)
 
 
 # ----------------------------------------------------------------------------- tokenizers
-
-def _char_table(docs):
-    """The sorted characters of the whole text, val and train."""
-    chars = set()
-    for _, text, _ in docs():
-        chars.update(text)
-    if len(chars) > 2**16:
-        raise SystemExit(f"error: the text has {len(chars):,} distinct characters, more than a uint16 shard holds; "
-                         "use --tokenizer gpt2")
-    return "".join(sorted(chars))
-
 
 def _first_chars(docs, cap):
     """docs cut after cap characters: at character level a token cap is a character cap, and the
@@ -223,8 +212,10 @@ def _source(dataset, inputs, text_column):
 _encode = None  # this worker's encoder, set once by _init_worker
 
 
-def _init_worker(meta):
+def _init_worker(meta, forked):
     global _encode
+    if forked:  # Ctrl-C reaches the whole process group: the parent alone stops the build, in one line
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     # ordinary encoding: an "<|endoftext|>" inside a document is text, only separators are EOT
     _encode = _gpt2().encode_ordinary if meta["tokenizer"] == "gpt2" else get_tokenizer(meta)[0]
 
@@ -250,9 +241,9 @@ def _tokenized(docs, meta, workers):
     """Yield ([(split, first)], token arrays) batch by batch, in order. At most two batches per worker are
     in flight: Pool.imap would read ahead through the whole stream and hold it in memory."""
     if workers == 1:  # a thread: no fork, no pickling
-        pool = multiprocessing.pool.ThreadPool(1, _init_worker, (meta,))
+        pool = multiprocessing.pool.ThreadPool(1, _init_worker, (meta, False))
     else:  # fork, not spawn: spawn re-runs the __main__ script, e.g. train.py when it prepares pystdlib
-        pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, (meta,))
+        pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, (meta, True))
     with pool:
         pending = collections.deque()
         for batch in _batches(docs):
@@ -328,18 +319,16 @@ class _ShardWriter:
 
 def _write_shards(docs, writer, workers):
     """Tokenize docs in parallel into val then train shards, after the documents the writer already holds."""
-    bar = tqdm(unit="doc", disable=None, file=sys.stderr, desc=f"tokenizing {writer.meta['dataset']}",
-               initial=writer.docs)
     stream = itertools.islice(docs(), writer.docs, None)  # read, not tokenized, up to where the shards end
-    with contextlib.closing(_tokenized(stream, writer.meta, workers)) as batches:  # stops the workers on any exit
-        for labels, arrays in batches:
+    with tqdm(unit="doc", disable=None, file=sys.stderr, desc=f"tokenizing {writer.meta['dataset']}",
+              initial=writer.docs) as bar, contextlib.closing(_tokenized(stream, writer.meta, workers)) as batches:
+        for labels, arrays in batches:  # closing: the workers stop on any exit
             for (split, first), tokens in zip(labels, arrays):
                 writer.add(split, tokens, first)
             bar.update(len(arrays))
             bar.set_postfix_str(f"{sum(writer.tokens.values()):,} tokens", refresh=False)
             if writer.full():
                 break
-    bar.close()
     writer.flush()
     if not writer.tokens["train"]:
         fix = "lower --val_tokens or use more text" if None in writer.streams else "use more text"  # shakespeare*
@@ -377,21 +366,6 @@ def _prepared(out, args):
     return previous is not None
 
 
-@contextlib.contextmanager
-def _locked(out):
-    """Hold out's lock while building it: another process building it waits, then finds it built.
-    A POSIX lock (lockf) is released when its process dies, even by kill -9, is not inherited by forked
-    workers, and holds over NFS. The lock file stays: a process waiting on a removed one would hold it alone."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".lock", "a") as f:
-        try:
-            fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            print(f"waiting for another process building {out}", file=sys.stderr)
-            fcntl.lockf(f, fcntl.LOCK_EX)
-        yield
-
-
 def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
     """Write the shards, then meta.json. A build that fails or is killed keeps its finished shards and
     progress.json; run again with the same arguments, it resumes after the last of them."""
@@ -410,6 +384,8 @@ def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
     resumed = sum(writer.tokens.values())
     try:
         _write_shards(docs, writer, workers)
+    except KeyboardInterrupt:  # data.run_cli prints it
+        raise KeyboardInterrupt(f"kept the finished shards in {out}: the same command resumes after them")
     except BaseException:
         if any(writer.shards.values()):
             print(f"kept the finished shards in {out}: the same command resumes after them", file=sys.stderr)
@@ -452,7 +428,7 @@ def _tokenizer_meta(dataset, docs, source, args):
     if args["tokenizer"] == "gpt2":
         _gpt2()  # fails here, before any output, when it cannot load
         return dict(dataset=dataset, **GPT2_META, source=source, args=args)
-    chars = _char_table(docs)
+    chars, _ = char_table(text for _, text, _ in docs())
     if not chars:
         raise SystemExit(f"error: no text in {source}")
     return dict(dataset=dataset, tokenizer="char", vocab_size=len(chars), eot_token=None, chars=chars,
@@ -483,6 +459,7 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
     out = pathlib.Path(out or pathlib.Path("data", dataset))
     args = dict(dataset=dataset, inputs=[os.path.abspath(p) for p in inputs], tokenizer=tokenizer,
                 num_tokens=num_tokens, val_tokens=val_tokens, shard_tokens=shard_tokens, text_column=text_column)
+    check_out_dir(out, "--out")
     if not force and _prepared(out, args):
         return out
 
@@ -499,7 +476,7 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
         val_tokens = val_tokens or _default_val_tokens(num_tokens, size, tokenizer)
         meta = _tokenizer_meta(dataset, docs, source, args)
         build = lambda: _build(out, docs, meta, val_tokens, num_tokens, shard_tokens, workers)
-    with _locked(out):
+    with locked_folder(out, "--out"):  # processes building out take turns
         if force or not _prepared(out, args):  # another process may have built it while this one waited
             build()
     return out
@@ -529,4 +506,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -359,3 +360,84 @@ def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path, monk
         assert starts and (stream[starts[0] + 1:starts[0] + 17] == row_y).all()
     assert error_of(prepare, "shards", tmp_path / "only_train", inputs=[str(folder / "*train*.bin")]).startswith(
         "error: shards needs --input with train and val shards")
+
+
+# ----------------------------------------------------------------------------- nothing lost, nothing silent
+# Each test plants one class of mistake on several datasets, settings or paths, through the command line: one
+# line on stderr and no traceback, the exit status, and every file byte-identical to before.
+
+def cli(*args):
+    return subprocess.run([sys.executable, "prepare_data.py", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": ""})
+
+
+def one_line_error(result):
+    """The one line a failed command wrote, checked to be all of stderr, an error and no traceback."""
+    assert result.returncode != 0 and result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, (
+        result.returncode, result.stderr)
+    return result.stderr
+
+
+def tree(root):
+    """Every folder and file under root with its sha256: a folder's state, to compare before and after."""
+    return {str(p.relative_to(root)): p.is_file() and hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture
+def small(tmp_path):
+    """A small text in its own folder."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "small.txt").write_text("hello world\nthis is small\n")
+    return tmp_path / "in" / "small.txt"
+
+
+def test_an_unusable_out_path_is_one_line_before_anything_is_written(tmp_path, small):
+    """A file, a path under a file, a parent that cannot be made, a folder that cannot be written: one line
+    naming --out and the path, for every dataset, and nothing written anywhere."""
+    (tmp_path / "FILE").write_text("mine")
+    before = tree(tmp_path)
+    datasets = (["text", "--input", small], ["shakespeare_char", "--input", small], ["pystdlib", "--num_tokens", 1000])
+    for out, why in ((tmp_path / "FILE", "is a file"), (tmp_path / "FILE" / "x", "is under"),
+                     ("/proc/nope/x", "cannot write there"), ("/proc/self", "no permission to write")):
+        for dataset in datasets:
+            line = one_line_error(cli(*dataset, "--tokenizer", "char", "--out", out))
+            assert f"--out {out}" in line and why in line and "choose a folder" in line, line
+    assert tree(tmp_path) == before
+
+
+HOLD_AND_CTRL_C = """import runpy, sys, data
+hold, write, written = int(sys.argv[1]), data.write_shard, []
+def write_and_hold(path, tokens):  # prepare_data.py, run as itself, holds before its shard number `hold`
+    if len(written) == hold:
+        print("holding", flush=True)
+        sys.stdin.readline()
+    written.append(write(path, tokens))
+    return written[-1]
+data.write_shard = write_and_hold
+sys.argv = ["prepare_data.py", *sys.argv[2:]]
+runpy.run_path("prepare_data.py", run_name="__main__")
+"""
+
+
+def test_ctrl_c_ends_in_one_line_with_status_130_and_the_same_command_resumes(tmp_path):
+    """Ctrl-C before any shard is finished and after three, tokenizer processes and all: one line, exit 130,
+    every shard whole, and the same command then writes the shards of an uninterrupted build, byte for byte."""
+    args = ["pystdlib", "--num_tokens", 200_000, "--shard_tokens", 20_000, "--workers", 2]
+    reference = prepare("pystdlib", tmp_path / "reference", num_tokens=200_000, shard_tokens=20_000, workers=1)
+    for hold in (0, 3):
+        out = tmp_path / f"held{hold}"
+        build = subprocess.Popen([sys.executable, "-c", HOLD_AND_CTRL_C, str(hold), *map(str, args), "--out", str(out)],
+                                 cwd=ROOT, text=True, start_new_session=True, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert build.stdout.readline() == "holding\n"
+        os.killpg(build.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the process group, workers too
+        stderr = build.communicate(timeout=60)[1]
+        assert build.returncode == 130 and stderr == f"interrupted: kept the finished shards in {out}: the same " \
+                                                       "command resumes after them\n", stderr
+        assert len([read_shard(shard) for shard in out.glob("*.bin")]) == hold  # whole, or not there
+        again = cli(*args, "--out", out)
+        assert again.returncode == 0 and ("resuming" in again.stderr) == (hold > 0), again.stderr
+        assert load_meta(out)["shards"] == load_meta(reference)["shards"]
+        assert {p.name: p.read_bytes() for p in out.glob("*.bin")} == {
+            p.name: p.read_bytes() for p in reference.glob("*.bin")}
