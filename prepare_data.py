@@ -41,6 +41,7 @@ SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/da
 BATCH_CHARS = 1 << 20  # text per worker task, and per piece of a .txt file: pickling costs little next to it
 SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)")  # after a newline between non-spaces: see _txt_pieces
 PROGRESS = "progress.json"  # an unfinished build's shards so far and where its text stands: what a rerun resumes
+SHARD_NAME = re.compile(r"(val|train)_\d{6}\.bin")  # the shards a build writes (_ShardWriter.flush)
 HUB = {"fineweb_edu": ("HuggingFaceFW/fineweb-edu", "sample-10BT"),  # name: (repository, configuration)
        "openwebtext": ("Skylion007/openwebtext", None)}
 BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}  # datasets' builders
@@ -344,15 +345,53 @@ def _default_val_tokens(cap, size, tokenizer):
     return max(1, min(100_000_000, min(estimates) // 20)) if estimates else 100_000_000
 
 
-def _record(out, name):
-    """out/name (meta.json or progress.json) if it reads and every shard it lists is whole, else None."""
+def _record(out, name, whole=True):
+    """out/name (meta.json or progress.json) if it is a build's list of shards, each whole (unless whole is
+    False); else None."""
     try:
         record = json.loads((out / name).read_text())
-        shards = itertools.chain(*record["shards"].values())
-        whole = all((out / s["file"]).stat().st_size == HEADER_BYTES + 2 * s["tokens"] for s in shards)
-        return record if whole else None
+        shards = [s for split in ("val", "train") for s in record["shards"][split]]
+        if all((out / s["file"]).stat().st_size == HEADER_BYTES + 2 * s["tokens"] if whole else
+               isinstance(s["file"], str) for s in shards):
+            return record
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _written(out):
+    """The names in out that builds wrote, as its records tell: them, their shards and the next of each
+    split, the temporary file of each, and the lock: all that a build killed at any moment leaves. None
+    when out holds no record and no lock: no build has been there."""
+    records = {name: _record(out, name, whole=False) for name in ("meta.json", PROGRESS)}
+    if not any(records.values()) and not (out / ".lock").exists():
+        return set()
+    names = {name for name, record in records.items() if record or not (out / name).exists()}
+    for record in [r for r in records.values() if r] or [dict(shards={"val": [], "train": []})]:
+        if record.get("meta", record).get("dataset") != "shards":  # the shards dataset lists the user's files
+            for split, shards in record["shards"].items():
+                names.update(s["file"] for s in shards if SHARD_NAME.fullmatch(s["file"]))
+                names.add(f"{split}_{len(shards):06d}.bin")
+    return {".lock", *names, *(name + ".tmp" for name in names)}
+
+
+def _check_folder(out, inputs):
+    """out holds nothing but the inputs and what builds wrote: a build replaces or removes no other file."""
+    listed = list(out.iterdir()) if out.is_dir() else []  # before the records, which grow while others build
+    ours, inputs = _written(out), {os.path.abspath(p) for pattern in inputs for p in glob.glob(pattern, recursive=True)}
+    others = sorted(p.name for p in listed if p.name not in ours and os.path.abspath(p) not in inputs)
+    if others:
+        raise SystemExit(f"error: --out {out} holds files no build wrote ({', '.join(others[:3])}"
+                         f"{', ...' if len(others) > 3 else ''}); choose a new or empty folder, or move them")
+
+
+def _clear(out, keep=()):
+    """Remove what builds wrote in out but keep. meta.json first, so that out is never complete while it
+    changes, renamed progress.json: its list of shards lasts while they go, as a later build's to remove."""
+    written = _written(out)
+    if "meta.json" in written and (out / "meta.json").exists():
+        os.replace(out / "meta.json", out / PROGRESS) if not keep else (out / "meta.json").unlink()
+    for name in sorted(written - {".lock", *keep}, key=lambda name: name == PROGRESS):  # progress.json last
+        (out / name).unlink(missing_ok=True)
 
 
 def _prepared(out, args):
@@ -370,13 +409,10 @@ def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
     """Write the shards, then meta.json. A build that fails or is killed keeps its finished shards and
     progress.json; run again with the same arguments, it resumes after the last of them."""
     progress = _record(out, PROGRESS)
-    if progress and (progress["meta"], progress["val_tokens"]) != (meta, val_tokens):
-        progress = None  # another text or other arguments: start afresh
+    if progress and (progress.get("meta"), progress.get("val_tokens")) != (meta, val_tokens):
+        progress = None  # another text or other arguments (or a meta.json being cleared): start afresh
     keep = {PROGRESS, *(s["file"] for s in itertools.chain(*progress["shards"].values()))} if progress else set()
-    for pattern in ("meta.json", PROGRESS, "val_*.bin", "train_*.bin", "*.tmp"):  # meta.json first: never
-        for path in out.glob(pattern):                                         # complete while it changes
-            if path.name not in keep:
-                path.unlink()
+    _clear(out, keep)
     if progress:
         print(f"resuming the build of {out} after its {len(keep) - 1} finished shards", file=sys.stderr)
     _replaced.clear()
@@ -462,11 +498,13 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
     check_out_dir(out, "--out")
     if not force and _prepared(out, args):
         return out
+    _check_folder(out, inputs)
 
     # Everything that can fail on bad input happens before the folder is made.
     if dataset == "shards":
         meta = _shards_meta(out, inputs, args)
-        build = lambda: write_json(out / "meta.json", meta)
+        indexed = {s["file"] for split in meta["shards"].values() for s in split}  # shards in out itself stay
+        build = lambda: (_clear(out, indexed), write_json(out / "meta.json", meta))
     else:
         docs, source, size = _source(dataset, list(inputs), text_column)  # checks inputs and network first
         if dataset.startswith("shakespeare"):  # the source splits 90/10; under a cap, val keeps a tenth of it
@@ -478,6 +516,7 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
         build = lambda: _build(out, docs, meta, val_tokens, num_tokens, shard_tokens, workers)
     with locked_folder(out, "--out"):  # processes building out take turns
         if force or not _prepared(out, args):  # another process may have built it while this one waited
+            _check_folder(out, inputs)
             build()
     return out
 

@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -390,6 +391,38 @@ def small(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "small.txt").write_text("hello world\nthis is small\n")
     return tmp_path / "in" / "small.txt"
+
+
+def test_a_build_removes_and_replaces_only_files_builds_wrote(tmp_path, small):
+    """A folder holding a file no build wrote is an error, whatever the dataset, the arguments or --force, and
+    nothing in it changes: the user's meta.json, notes.tmp, a file named like a shard, a note beside a complete
+    build or beside a build in progress. A build's own folder, even holding its input, builds and rebuilds."""
+    user, named_like_a_shard, beside_built, beside_progress = (tmp_path / name for name in ("a", "b", "c", "d"))
+    user.mkdir()
+    (user / "meta.json").write_text('{"mine": true}')
+    (user / "notes.tmp").write_text("my notes")
+    named_like_a_shard.mkdir()
+    (named_like_a_shard / "train_000000.bin").write_text("mine")
+    build = ["text", "--input", small, "--tokenizer", "char", "--val_tokens", 5, "--shard_tokens", 10]
+    for folder in (beside_built, beside_progress):
+        assert cli(*build, "--out", folder).returncode == 0
+        (folder / "notes.tmp").write_text("mine")
+    (beside_progress / "meta.json").rename(beside_progress / "progress.json")  # as a build that is clearing it
+    before = tree(tmp_path)
+    for args in (["text", "--input", small, "--out", user], ["text", "--input", small, "--out", user, "--force"],
+                 ["pystdlib", "--num_tokens", 1000, "--out", user], ["shakespeare_char", "--input", small, "--out",
+                 named_like_a_shard], [*build, "--out", beside_built, "--force"], [*build, "--out", beside_progress],
+                 [*build, "--val_tokens", 6, "--out", beside_progress]):
+        assert "holds files no build wrote" in one_line_error(cli(*args)), args
+    assert cli(*build, "--out", beside_built).returncode == 0  # complete with these arguments: nothing to do
+    assert tree(tmp_path) == before
+
+    nanogpt = tmp_path / "data" / "shakespeare_char"  # nanoGPT's layout: the input in the dataset's folder
+    nanogpt.mkdir(parents=True)
+    shutil.copy(small, nanogpt / "input.txt")
+    for force in ((), ("--force",)):
+        assert cli("shakespeare_char", "--input", nanogpt / "input.txt", "--out", nanogpt, *force).returncode == 0
+    assert (nanogpt / "input.txt").read_bytes() == small.read_bytes() and load_meta(nanogpt)["tokens"]["train"]
 
 
 def test_an_unusable_out_path_is_one_line_before_anything_is_written(tmp_path, small):
