@@ -495,9 +495,9 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
     out = pathlib.Path(out or pathlib.Path("data", dataset))
     args = dict(dataset=dataset, inputs=[os.path.abspath(p) for p in inputs], tokenizer=tokenizer,
                 num_tokens=num_tokens, val_tokens=val_tokens, shard_tokens=shard_tokens, text_column=text_column)
-    check_out_dir(out, "--out")
-    if not force and _prepared(out, args):
+    if not force and _prepared(out, args):  # a complete folder may be read-only
         return out
+    check_out_dir(out, "--out")
     _check_folder(out, inputs)
 
     # Everything that can fail on bad input happens before the folder is made.
