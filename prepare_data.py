@@ -87,6 +87,8 @@ def _local_files(patterns):
         for path in map(pathlib.Path, matches):
             if not path.is_file():
                 raise SystemExit(f"error: --input {path} is not a file; pass files or a glob like 'dir/*.jsonl'")
+            if not os.access(path, os.R_OK):
+                raise SystemExit(f"error: --input {path}: no permission to read it")
             if path.stat().st_size == 0:
                 raise SystemExit(f"error: --input {path} is empty")
             files.append(path)
@@ -162,18 +164,19 @@ def _text_files(inputs, column):
             raise SystemExit(f"error: --input {path}: unsupported file type; use {', '.join(BUILDERS)}")
         groups[BUILDERS[path.suffix.lower()]].append(str(path))
 
+    def rows(builder, files):
+        for row in _stream(f"{files[0]} ({len(files)} {builder} files)", "check them", builder, data_files=files):
+            if column not in row:
+                raise SystemExit(f"error: {files[0]} has no column {column!r} (it has {', '.join(row)}); "
+                                 "pass --text_column NAME")
+            yield None, row[column] or "", True
+
     def docs():
         for builder, files in groups.items():
-            if builder == "text":
-                yield from (piece for path in files for piece in _txt_pieces(path))
-                continue
-            what = f"{files[0]} ({len(files)} {builder} files)"
-            for row in _stream(what, "check them", builder, data_files=files):
-                if column not in row:
-                    raise SystemExit(f"error: {files[0]} has no column {column!r} (it has {', '.join(row)}); "
-                                     "pass --text_column NAME")
-                yield None, row[column] or "", True
+            yield from (p for path in files for p in _txt_pieces(path)) if builder == "text" else rows(builder, files)
 
+    for builder in groups.keys() - {"text"}:  # a wrong --text_column is an argument error: found before any output
+        next(rows(builder, groups[builder]), None)
     files = [f for group in groups.values() for f in group]
     return docs, f"{len(files)} local files: {', '.join(files)}", sum(os.path.getsize(f) for f in files)
 
@@ -331,10 +334,6 @@ def _write_shards(docs, writer, workers):
             if writer.full():
                 break
     writer.flush()
-    if not writer.tokens["train"]:
-        fix = "lower --val_tokens or use more text" if None in writer.streams else "use more text"  # shakespeare*
-        raise SystemExit(f"error: no training tokens: all {writer.tokens['val']:,} tokens of the text are held out; "
-                         f"{fix}")
 
 
 # ----------------------------------------------------------------------------- the build
@@ -420,12 +419,16 @@ def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
     resumed = sum(writer.tokens.values())
     try:
         _write_shards(docs, writer, workers)
-    except KeyboardInterrupt:  # data.run_cli prints it
-        raise KeyboardInterrupt(f"kept the finished shards in {out}: the same command resumes after them")
-    except BaseException:
-        if any(writer.shards.values()):
-            print(f"kept the finished shards in {out}: the same command resumes after them", file=sys.stderr)
-        raise
+    except (KeyboardInterrupt, SystemExit, OSError) as e:  # Ctrl-C, a stream that broke, a full disk: one line
+        kept = f"kept the finished shards in {out}: the same command resumes after them"
+        if isinstance(e, KeyboardInterrupt):
+            raise KeyboardInterrupt(kept)  # data.run_cli prints it
+        raise SystemExit(f"{e.code if isinstance(e, SystemExit) else 'error: ' + first_line(e)}; {kept}")
+    if not writer.tokens["train"]:  # a mistake in the arguments, not a failure to resume from: nothing is kept
+        _clear(out)
+        fix = "lower --val_tokens or use more text" if None in writer.streams else "use more text"  # shakespeare*
+        raise SystemExit(f"error: no training tokens: all {writer.tokens['val']:,} tokens of the text are held out; "
+                         f"{fix}")
     write_json(out / "meta.json", {**meta, "tokens": writer.tokens, "shards": writer.shards})
     (out / PROGRESS).unlink(missing_ok=True)
     if _replaced["bytes"]:
@@ -459,16 +462,23 @@ def _shards_meta(out, inputs, args):
                 tokens=tokens, shards=shards)
 
 
-def _tokenizer_meta(dataset, docs, source, args):
-    """meta.json's description of the tokenizer; char-level, a first pass over the text finds its characters."""
+def _tokenizer_meta(dataset, docs, source, size, args):
+    """meta.json's description of the tokenizer; char-level, a first pass over the text finds its characters.
+    Then a --val_tokens that holds out all the text is an argument error. A character is a token; a GPT-2 token
+    holds a byte or more (an invalid one becomes U+FFFD's 3), so 4x the bytes bounds the tokens (with EOTs)."""
     if args["tokenizer"] == "gpt2":
         _gpt2()  # fails here, before any output, when it cannot load
-        return dict(dataset=dataset, **GPT2_META, source=source, args=args)
-    chars, _ = char_table(text for _, text, _ in docs())
-    if not chars:
-        raise SystemExit(f"error: no text in {source}")
-    return dict(dataset=dataset, tokenizer="char", vocab_size=len(chars), eot_token=None, chars=chars,
-                source=source, args=args)
+        meta, most = dict(dataset=dataset, **GPT2_META, source=source, args=args), size and 4 * size
+    else:
+        chars, most = char_table(text for _, text, _ in docs())
+        if not chars:
+            raise SystemExit(f"error: no text in {source}")
+        meta = dict(dataset=dataset, tokenizer="char", vocab_size=len(chars), eot_token=None, chars=chars,
+                    source=source, args=args)
+    if args["val_tokens"] and most and args["val_tokens"] >= most:
+        raise SystemExit(f"error: no training tokens: --val_tokens {args['val_tokens']:,} holds out all of the text "
+                         f"(at most {most:,} tokens); lower --val_tokens")
+    return meta
 
 
 def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, val_tokens=None,
@@ -512,7 +522,7 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
         elif tokenizer == "char" and num_tokens:
             docs = _first_chars(docs, num_tokens)
         val_tokens = val_tokens or _default_val_tokens(num_tokens, size, tokenizer)
-        meta = _tokenizer_meta(dataset, docs, source, args)
+        meta = _tokenizer_meta(dataset, docs, source, size, args)
         build = lambda: _build(out, docs, meta, val_tokens, num_tokens, shard_tokens, workers)
     with locked_folder(out, "--out"):  # processes building out take turns
         if force or not _prepared(out, args):  # another process may have built it while this one waited
@@ -540,6 +550,7 @@ def main(argv=None):
         help="tokenizer processes (default: all cores)")
     add("--text_column", default="text", metavar="NAME", help="the column of .jsonl/.json/.parquet rows (text)")
     add("--force", action="store_true", help="rebuild even if the folder is complete")
+    parser.error = lambda message: parser.exit(2, f"error: {message} (see --help)\n")  # one line, not the usage
     options = vars(parser.parse_args(argv))
     prepare(options.pop("dataset"), options.pop("out"), **options)
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import prepare_data
-from conftest import ROOT, SHARED, error_of, needs_gpt2
+from conftest import ROOT, SHARED, error_of, gpt2_available, needs_gpt2
 from data import get_batch, get_tokenizer, load_meta, read_shard
 from prepare_data import prepare
 
@@ -474,3 +474,42 @@ def test_ctrl_c_ends_in_one_line_with_status_130_and_the_same_command_resumes(tm
         assert load_meta(out)["shards"] == load_meta(reference)["shards"]
         assert {p.name: p.read_bytes() for p in out.glob("*.bin")} == {
             p.name: p.read_bytes() for p in reference.glob("*.bin")}
+
+
+def test_a_mistake_in_the_arguments_is_one_line_and_writes_nothing(tmp_path, small, monkeypatch):
+    """Every argument out of its range, and a --val_tokens beyond the text (row 15): one line, a non-zero exit,
+    no folder, lock, progress.json or shard left, so that nothing invites a resume that cannot work."""
+    (tmp_path / "in" / "empty.txt").touch()
+    (tmp_path / "in" / "rows.jsonl").write_text(json.dumps({"body": "a row"}) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    mistakes = [["pystdlib", "--num_tokens", 0], ["pystdlib", "--num_tokens", -5], ["pystdlib", "--shard_tokens", 0],
+                ["pystdlib", "--shard_tokens", 2**31], ["pystdlib", "--workers", 0], ["pystdlib", "--workers", -1],
+                ["pystdlib", "--workers", "x"], ["pystdlib", "--num_tokens", 1000, "--val_tokens", 1000],
+                ["pystdlib", "--num_tokens", 1000, "--val_tokens", 2000], ["nope"], [],
+                ["pystdlib", "--tokenizer", "nope"], ["text"], ["text", "--input", tmp_path / "in" / "missing*.txt"],
+                ["text", "--input", tmp_path / "in"], ["shakespeare", "--input", tmp_path / "in" / "empty.txt"],
+                ["pystdlib", "--input", small], ["shakespeare_char", "--input", small, "--val_tokens", 5],
+                ["text", "--input", small, "--tokenizer", "char", "--val_tokens", 100_000_000],
+                ["text", "--input", small, "--tokenizer", "char", "--val_tokens", 26],  # its 26 characters
+                ["text", "--input", tmp_path / "in" / "rows.jsonl", "--tokenizer", "char"]]
+    if gpt2_available():
+        mistakes += [["text", "--input", small, "--val_tokens", 100_000_000],  # the issue's row 15
+                     ["text", "--input", tmp_path / "in" / "rows.jsonl"]]  # no column 'text'
+    before = tree(tmp_path)
+    for args in mistakes:
+        one_line_error(cli(*args, "--out", out))
+    assert tree(tmp_path) == before
+    monkeypatch.setattr(os, "access", lambda path, mode: mode != os.R_OK)  # root reads every file
+    assert "no permission to read" in error_of(prepare, "text", out, inputs=[str(small)])
+
+
+@needs_gpt2
+def test_val_tokens_found_beyond_the_text_only_while_tokenizing_leave_only_the_lock(tmp_path, small):
+    """7 GPT-2 tokens in 26 bytes: --val_tokens 20 passes the bound of 4 tokens a byte and is found at the end:
+    what the build wrote goes, and the message is the argument's, not a resume's (the rerun says it again)."""
+    out = tmp_path / "out"
+    for _ in range(2):
+        line = one_line_error(cli("text", "--input", small, "--val_tokens", 20, "--shard_tokens", 2, "--out", out))
+        assert "lower --val_tokens" in line and "resume" not in line
+        assert [p.name for p in out.iterdir()] == [".lock"]
