@@ -5,11 +5,14 @@ token count), then the tokens as uint16. meta.json, written last by prepare_data
 as complete. get_batch draws train.py's batches from the shards. No torch at import: prepare_data.py
 runs with numpy alone.
 """
+import contextlib
+import fcntl
 import hashlib
 import json
 import math
 import os
 import pathlib
+import sys
 
 import numpy as np
 
@@ -33,7 +36,32 @@ def first_line(e):
     return f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
 
 
+def run_cli(main, argv=None):
+    """A script's entry point: main(argv, default sys.argv[1:]). A Ctrl-C ends it in one line on stderr and
+    exit status 130 (128 + SIGINT, as a shell reports it): 'interrupted: ' and what the KeyboardInterrupt says,
+    so a script that knows what it kept raises KeyboardInterrupt("kept ...: the same command resumes")."""
+    try:
+        main(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt as e:
+        print(f"interrupted: {str(e) or 'stopped before the end; files are written whole or not at all'}",
+              file=sys.stderr)
+        sys.exit(130)
+
+
 # ----------------------------------------------------------------------------- writing files
+
+def check_out_dir(path, setting):
+    """Exit in one line naming setting (e.g. --out) unless path is a folder, or can be made as one, in a
+    folder this process may write in: checked before anything is written."""
+    path = pathlib.Path(path)
+    existing = next(p for p in (path, *path.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        where = "is" if existing == path else f"is under {existing}, which is"
+        raise SystemExit(f"error: {setting} {path} {where} a file, not a folder; choose a folder (made if missing)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SystemExit(f"error: {setting} {path}: no permission to write in {existing}; choose a folder you "
+                         "can write in")
+
 
 def atomic_write(path, *chunks):
     """Write to a temporary name in the same folder, fsync, then rename: no reader sees half a file."""
@@ -48,6 +76,27 @@ def atomic_write(path, *chunks):
 
 def write_json(path, obj):
     atomic_write(path, json.dumps(obj, indent=1, ensure_ascii=False).encode())
+
+
+@contextlib.contextmanager
+def locked_folder(folder, setting):
+    """Make folder and hold its lock: another process writing it waits its turn. A POSIX lock (lockf) is released
+    when its process dies, even by kill -9, is not inherited by forked workers, and holds over NFS. The lock
+    file stays: a process waiting on a removed one would hold it alone. setting (e.g. --out) chose folder."""
+    folder = pathlib.Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = open(folder / ".lock", "a")
+    except OSError as e:  # e.g. under /proc, which check_out_dir cannot tell
+        raise SystemExit(f"error: {setting} {folder}: cannot write there ({e.strerror}); choose a folder you can "
+                         "write in")
+    with lock:
+        try:
+            fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            print(f"waiting for another process building {folder}", file=sys.stderr)
+            fcntl.lockf(lock, fcntl.LOCK_EX)
+        yield
 
 
 # ----------------------------------------------------------------------------- shards and meta.json
@@ -143,6 +192,18 @@ def _gpt2():
     except Exception as e:  # tiktoken downloads its BPE files on first use
         raise SystemExit(f"error: cannot load the GPT-2 BPE files ({type(e).__name__}); offline, point "
                          "TIKTOKEN_CACHE_DIR at a copy of tiktoken's cache, or use --tokenizer char")
+
+
+def char_table(texts):
+    """The sorted characters of texts, a character-level tokenizer's vocabulary, and how many there are."""
+    chars, n = set(), 0
+    for text in texts:
+        chars.update(text)
+        n += len(text)
+    if len(chars) > 2**16:
+        raise SystemExit(f"error: the text has {len(chars):,} distinct characters, more than a uint16 shard holds; "
+                         "use --tokenizer gpt2")
+    return "".join(sorted(chars)), n
 
 
 def get_tokenizer(meta):

@@ -14,7 +14,6 @@ import argparse
 import codecs
 import collections
 import contextlib
-import fcntl
 import glob
 import hashlib
 import itertools
@@ -24,6 +23,7 @@ import multiprocessing.pool
 import os
 import pathlib
 import re
+import signal
 import socket
 import sys
 import sysconfig
@@ -34,13 +34,14 @@ import urllib.request
 import numpy as np
 from tqdm import tqdm
 
-from data import (DATASETS, GPT2_META, HEADER_BYTES, _gpt2, first_line, get_tokenizer, read_shard, write_json,
-                  write_shard)
+from data import (DATASETS, GPT2_META, HEADER_BYTES, _gpt2, char_table, check_out_dir, first_line, get_tokenizer,
+                  locked_folder, read_shard, run_cli, write_json, write_shard)
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 BATCH_CHARS = 1 << 20  # text per worker task, and per piece of a .txt file: pickling costs little next to it
 SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)")  # after a newline between non-spaces: see _txt_pieces
 PROGRESS = "progress.json"  # an unfinished build's shards so far and where its text stands: what a rerun resumes
+SHARD_NAME = re.compile(r"(val|train)_\d{6}\.bin")  # the shards a build writes (_ShardWriter.flush)
 HUB = {"fineweb_edu": ("HuggingFaceFW/fineweb-edu", "sample-10BT"),  # name: (repository, configuration)
        "openwebtext": ("Skylion007/openwebtext", None)}
 BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}  # datasets' builders
@@ -57,17 +58,6 @@ codecs.register_error("normgpt_replace", _count_and_replace)
 
 
 # ----------------------------------------------------------------------------- tokenizers
-
-def _char_table(docs):
-    """The sorted characters of the whole text, val and train."""
-    chars = set()
-    for _, text, _ in docs():
-        chars.update(text)
-    if len(chars) > 2**16:
-        raise SystemExit(f"error: the text has {len(chars):,} distinct characters, more than a uint16 shard holds; "
-                         "use --tokenizer gpt2")
-    return "".join(sorted(chars))
-
 
 def _first_chars(docs, cap):
     """docs cut after cap characters: at character level a token cap is a character cap, and the
@@ -97,6 +87,8 @@ def _local_files(patterns):
         for path in map(pathlib.Path, matches):
             if not path.is_file():
                 raise SystemExit(f"error: --input {path} is not a file; pass files or a glob like 'dir/*.jsonl'")
+            if not os.access(path, os.R_OK):
+                raise SystemExit(f"error: --input {path}: no permission to read it")
             if path.stat().st_size == 0:
                 raise SystemExit(f"error: --input {path} is empty")
             files.append(path)
@@ -172,18 +164,19 @@ def _text_files(inputs, column):
             raise SystemExit(f"error: --input {path}: unsupported file type; use {', '.join(BUILDERS)}")
         groups[BUILDERS[path.suffix.lower()]].append(str(path))
 
+    def rows(builder, files):
+        for row in _stream(f"{files[0]} ({len(files)} {builder} files)", "check them", builder, data_files=files):
+            if column not in row:
+                raise SystemExit(f"error: {files[0]} has no column {column!r} (it has {', '.join(row)}); "
+                                 "pass --text_column NAME")
+            yield None, row[column] or "", True
+
     def docs():
         for builder, files in groups.items():
-            if builder == "text":
-                yield from (piece for path in files for piece in _txt_pieces(path))
-                continue
-            what = f"{files[0]} ({len(files)} {builder} files)"
-            for row in _stream(what, "check them", builder, data_files=files):
-                if column not in row:
-                    raise SystemExit(f"error: {files[0]} has no column {column!r} (it has {', '.join(row)}); "
-                                     "pass --text_column NAME")
-                yield None, row[column] or "", True
+            yield from (p for path in files for p in _txt_pieces(path)) if builder == "text" else rows(builder, files)
 
+    for builder in groups.keys() - {"text"}:  # a wrong --text_column is an argument error: found before any output
+        next(rows(builder, groups[builder]), None)
     files = [f for group in groups.values() for f in group]
     return docs, f"{len(files)} local files: {', '.join(files)}", sum(os.path.getsize(f) for f in files)
 
@@ -223,8 +216,10 @@ def _source(dataset, inputs, text_column):
 _encode = None  # this worker's encoder, set once by _init_worker
 
 
-def _init_worker(meta):
+def _init_worker(meta, forked):
     global _encode
+    if forked:  # Ctrl-C reaches the whole process group: the parent alone stops the build, in one line
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     # ordinary encoding: an "<|endoftext|>" inside a document is text, only separators are EOT
     _encode = _gpt2().encode_ordinary if meta["tokenizer"] == "gpt2" else get_tokenizer(meta)[0]
 
@@ -250,9 +245,9 @@ def _tokenized(docs, meta, workers):
     """Yield ([(split, first)], token arrays) batch by batch, in order. At most two batches per worker are
     in flight: Pool.imap would read ahead through the whole stream and hold it in memory."""
     if workers == 1:  # a thread: no fork, no pickling
-        pool = multiprocessing.pool.ThreadPool(1, _init_worker, (meta,))
+        pool = multiprocessing.pool.ThreadPool(1, _init_worker, (meta, False))
     else:  # fork, not spawn: spawn re-runs the __main__ script, e.g. train.py when it prepares pystdlib
-        pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, (meta,))
+        pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, (meta, True))
     with pool:
         pending = collections.deque()
         for batch in _batches(docs):
@@ -328,23 +323,17 @@ class _ShardWriter:
 
 def _write_shards(docs, writer, workers):
     """Tokenize docs in parallel into val then train shards, after the documents the writer already holds."""
-    bar = tqdm(unit="doc", disable=None, file=sys.stderr, desc=f"tokenizing {writer.meta['dataset']}",
-               initial=writer.docs)
     stream = itertools.islice(docs(), writer.docs, None)  # read, not tokenized, up to where the shards end
-    with contextlib.closing(_tokenized(stream, writer.meta, workers)) as batches:  # stops the workers on any exit
-        for labels, arrays in batches:
+    with tqdm(unit="doc", disable=None, file=sys.stderr, desc=f"tokenizing {writer.meta['dataset']}",
+              initial=writer.docs) as bar, contextlib.closing(_tokenized(stream, writer.meta, workers)) as batches:
+        for labels, arrays in batches:  # closing: the workers stop on any exit
             for (split, first), tokens in zip(labels, arrays):
                 writer.add(split, tokens, first)
             bar.update(len(arrays))
             bar.set_postfix_str(f"{sum(writer.tokens.values()):,} tokens", refresh=False)
             if writer.full():
                 break
-    bar.close()
     writer.flush()
-    if not writer.tokens["train"]:
-        fix = "lower --val_tokens or use more text" if None in writer.streams else "use more text"  # shakespeare*
-        raise SystemExit(f"error: no training tokens: all {writer.tokens['val']:,} tokens of the text are held out; "
-                         f"{fix}")
 
 
 # ----------------------------------------------------------------------------- the build
@@ -355,15 +344,53 @@ def _default_val_tokens(cap, size, tokenizer):
     return max(1, min(100_000_000, min(estimates) // 20)) if estimates else 100_000_000
 
 
-def _record(out, name):
-    """out/name (meta.json or progress.json) if it reads and every shard it lists is whole, else None."""
+def _record(out, name, whole=True):
+    """out/name (meta.json or progress.json) if it is a build's list of shards, each whole (unless whole is
+    False); else None."""
     try:
         record = json.loads((out / name).read_text())
-        shards = itertools.chain(*record["shards"].values())
-        whole = all((out / s["file"]).stat().st_size == HEADER_BYTES + 2 * s["tokens"] for s in shards)
-        return record if whole else None
+        shards = [s for split in ("val", "train") for s in record["shards"][split]]
+        if all((out / s["file"]).stat().st_size == HEADER_BYTES + 2 * s["tokens"] if whole else
+               isinstance(s["file"], str) for s in shards):
+            return record
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _written(out):
+    """The names in out that builds wrote, as its records tell: them, their shards and the next of each
+    split, the temporary file of each, and the lock: all that a build killed at any moment leaves. None
+    when out holds no record and no lock: no build has been there."""
+    records = {name: _record(out, name, whole=False) for name in ("meta.json", PROGRESS)}
+    if not any(records.values()) and not (out / ".lock").exists():
+        return set()
+    names = {name for name, record in records.items() if record or not (out / name).exists()}
+    for record in [r for r in records.values() if r] or [dict(shards={"val": [], "train": []})]:
+        if record.get("meta", record).get("dataset") != "shards":  # the shards dataset lists the user's files
+            for split, shards in record["shards"].items():
+                names.update(s["file"] for s in shards if SHARD_NAME.fullmatch(s["file"]))
+                names.add(f"{split}_{len(shards):06d}.bin")
+    return {".lock", *names, *(name + ".tmp" for name in names)}
+
+
+def _check_folder(out, inputs):
+    """out holds nothing but the inputs and what builds wrote: a build replaces or removes no other file."""
+    listed = list(out.iterdir()) if out.is_dir() else []  # before the records, which grow while others build
+    ours, inputs = _written(out), {os.path.abspath(p) for pattern in inputs for p in glob.glob(pattern, recursive=True)}
+    others = sorted(p.name for p in listed if p.name not in ours and os.path.abspath(p) not in inputs)
+    if others:
+        raise SystemExit(f"error: --out {out} holds files no build wrote ({', '.join(others[:3])}"
+                         f"{', ...' if len(others) > 3 else ''}); choose a new or empty folder, or move them")
+
+
+def _clear(out, keep=()):
+    """Remove what builds wrote in out but keep. meta.json first, so that out is never complete while it
+    changes, renamed progress.json: its list of shards lasts while they go, as a later build's to remove."""
+    written = _written(out)
+    if "meta.json" in written and (out / "meta.json").exists():
+        os.replace(out / "meta.json", out / PROGRESS) if not keep else (out / "meta.json").unlink()
+    for name in sorted(written - {".lock", *keep}, key=lambda name: name == PROGRESS):  # progress.json last
+        (out / name).unlink(missing_ok=True)
 
 
 def _prepared(out, args):
@@ -377,32 +404,14 @@ def _prepared(out, args):
     return previous is not None
 
 
-@contextlib.contextmanager
-def _locked(out):
-    """Hold out's lock while building it: another process building it waits, then finds it built.
-    A POSIX lock (lockf) is released when its process dies, even by kill -9, is not inherited by forked
-    workers, and holds over NFS. The lock file stays: a process waiting on a removed one would hold it alone."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".lock", "a") as f:
-        try:
-            fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            print(f"waiting for another process building {out}", file=sys.stderr)
-            fcntl.lockf(f, fcntl.LOCK_EX)
-        yield
-
-
 def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
     """Write the shards, then meta.json. A build that fails or is killed keeps its finished shards and
     progress.json; run again with the same arguments, it resumes after the last of them."""
     progress = _record(out, PROGRESS)
-    if progress and (progress["meta"], progress["val_tokens"]) != (meta, val_tokens):
-        progress = None  # another text or other arguments: start afresh
+    if progress and (progress.get("meta"), progress.get("val_tokens")) != (meta, val_tokens):
+        progress = None  # another text or other arguments (or a meta.json being cleared): start afresh
     keep = {PROGRESS, *(s["file"] for s in itertools.chain(*progress["shards"].values()))} if progress else set()
-    for pattern in ("meta.json", PROGRESS, "val_*.bin", "train_*.bin", "*.tmp"):  # meta.json first: never
-        for path in out.glob(pattern):                                         # complete while it changes
-            if path.name not in keep:
-                path.unlink()
+    _clear(out, keep)
     if progress:
         print(f"resuming the build of {out} after its {len(keep) - 1} finished shards", file=sys.stderr)
     _replaced.clear()
@@ -410,10 +419,16 @@ def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
     resumed = sum(writer.tokens.values())
     try:
         _write_shards(docs, writer, workers)
-    except BaseException:
-        if any(writer.shards.values()):
-            print(f"kept the finished shards in {out}: the same command resumes after them", file=sys.stderr)
-        raise
+    except (KeyboardInterrupt, SystemExit, OSError) as e:  # Ctrl-C, a stream that broke, a full disk: one line
+        kept = f"kept the finished shards in {out}: the same command resumes after them"
+        if isinstance(e, KeyboardInterrupt):
+            raise KeyboardInterrupt(kept)  # data.run_cli prints it
+        raise SystemExit(f"{e.code if isinstance(e, SystemExit) else 'error: ' + first_line(e)}; {kept}")
+    if not writer.tokens["train"]:  # a mistake in the arguments, not a failure to resume from: nothing is kept
+        _clear(out)
+        fix = "lower --val_tokens or use more text" if None in writer.streams else "use more text"  # shakespeare*
+        raise SystemExit(f"error: no training tokens: all {writer.tokens['val']:,} tokens of the text are held out; "
+                         f"{fix}")
     write_json(out / "meta.json", {**meta, "tokens": writer.tokens, "shards": writer.shards})
     (out / PROGRESS).unlink(missing_ok=True)
     if _replaced["bytes"]:
@@ -447,16 +462,23 @@ def _shards_meta(out, inputs, args):
                 tokens=tokens, shards=shards)
 
 
-def _tokenizer_meta(dataset, docs, source, args):
-    """meta.json's description of the tokenizer; char-level, a first pass over the text finds its characters."""
+def _tokenizer_meta(dataset, docs, source, size, args):
+    """meta.json's description of the tokenizer; char-level, a first pass over the text finds its characters.
+    Then a --val_tokens that holds out all the text is an argument error. A character is a token; a GPT-2 token
+    holds a byte or more (an invalid one becomes U+FFFD's 3), so 4x the bytes bounds the tokens (with EOTs)."""
     if args["tokenizer"] == "gpt2":
         _gpt2()  # fails here, before any output, when it cannot load
-        return dict(dataset=dataset, **GPT2_META, source=source, args=args)
-    chars = _char_table(docs)
-    if not chars:
-        raise SystemExit(f"error: no text in {source}")
-    return dict(dataset=dataset, tokenizer="char", vocab_size=len(chars), eot_token=None, chars=chars,
-                source=source, args=args)
+        meta, most = dict(dataset=dataset, **GPT2_META, source=source, args=args), size and 4 * size
+    else:
+        chars, most = char_table(text for _, text, _ in docs())
+        if not chars:
+            raise SystemExit(f"error: no text in {source}")
+        meta = dict(dataset=dataset, tokenizer="char", vocab_size=len(chars), eot_token=None, chars=chars,
+                    source=source, args=args)
+    if args["val_tokens"] and most and args["val_tokens"] >= most:
+        raise SystemExit(f"error: no training tokens: --val_tokens {args['val_tokens']:,} holds out all of the text "
+                         f"(at most {most:,} tokens); lower --val_tokens")
+    return meta
 
 
 def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, val_tokens=None,
@@ -483,13 +505,16 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
     out = pathlib.Path(out or pathlib.Path("data", dataset))
     args = dict(dataset=dataset, inputs=[os.path.abspath(p) for p in inputs], tokenizer=tokenizer,
                 num_tokens=num_tokens, val_tokens=val_tokens, shard_tokens=shard_tokens, text_column=text_column)
-    if not force and _prepared(out, args):
+    if not force and _prepared(out, args):  # a complete folder may be read-only
         return out
+    check_out_dir(out, "--out")
+    _check_folder(out, inputs)
 
     # Everything that can fail on bad input happens before the folder is made.
     if dataset == "shards":
         meta = _shards_meta(out, inputs, args)
-        build = lambda: write_json(out / "meta.json", meta)
+        indexed = {s["file"] for split in meta["shards"].values() for s in split}  # shards in out itself stay
+        build = lambda: (_clear(out, indexed), write_json(out / "meta.json", meta))
     else:
         docs, source, size = _source(dataset, list(inputs), text_column)  # checks inputs and network first
         if dataset.startswith("shakespeare"):  # the source splits 90/10; under a cap, val keeps a tenth of it
@@ -497,10 +522,11 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
         elif tokenizer == "char" and num_tokens:
             docs = _first_chars(docs, num_tokens)
         val_tokens = val_tokens or _default_val_tokens(num_tokens, size, tokenizer)
-        meta = _tokenizer_meta(dataset, docs, source, args)
+        meta = _tokenizer_meta(dataset, docs, source, size, args)
         build = lambda: _build(out, docs, meta, val_tokens, num_tokens, shard_tokens, workers)
-    with _locked(out):
+    with locked_folder(out, "--out"):  # processes building out take turns
         if force or not _prepared(out, args):  # another process may have built it while this one waited
+            _check_folder(out, inputs)
             build()
     return out
 
@@ -524,9 +550,10 @@ def main(argv=None):
         help="tokenizer processes (default: all cores)")
     add("--text_column", default="text", metavar="NAME", help="the column of .jsonl/.json/.parquet rows (text)")
     add("--force", action="store_true", help="rebuild even if the folder is complete")
+    parser.error = lambda message: parser.exit(2, f"error: {message} (see --help)\n")  # one line, not the usage
     options = vars(parser.parse_args(argv))
     prepare(options.pop("dataset"), options.pop("out"), **options)
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, error_of
-from data import GPT2_META, first_line, get_tokenizer, load_meta, padded_vocab, read_shard, write_shard
+from data import (GPT2_META, char_table, check_out_dir, first_line, get_tokenizer, load_meta, locked_folder,
+                  padded_vocab, read_shard, write_shard)
 
 
 # ----------------------------------------------------------------------------- shard format
@@ -53,6 +54,11 @@ def test_char_tokenizer_names_the_characters_it_does_not_know():
     assert error_of(encode, "a€bé") == "error: characters not in this model's vocabulary: 'é', '€'"
 
 
+def test_char_table_is_the_sorted_characters_and_their_count():
+    assert char_table(["bca", "", "ab"]) == ("abc", 5)
+    assert "--tokenizer gpt2" in error_of(char_table, [chr(i) for i in range(2**16 + 1)])
+
+
 def test_gpt2_is_padded_to_a_multiple_of_64_and_a_character_table_is_not():
     assert padded_vocab(GPT2_META) == 50304
     assert padded_vocab(dict(tokenizer="char", vocab_size=65)) == 65
@@ -96,3 +102,38 @@ def test_no_module_imports_a_command_line_tool_and_the_imports_have_no_cycle():
             visit(other, path + (module,))
     for module in graph:
         visit(module, ())
+
+
+RUN_CLI = """import sys, data
+def main(argv):
+    print(argv, flush=True)
+    if argv[0] == "stop":
+        raise KeyboardInterrupt(*argv[1:])
+data.run_cli(main)
+"""
+
+
+def test_run_cli_passes_argv_and_turns_ctrl_c_into_one_line_and_status_130():
+    run = lambda *args: subprocess.run([sys.executable, "-c", RUN_CLI, *args], cwd=ROOT, capture_output=True, text=True)
+    done, said, plain = run("go", "--x=1"), run("stop", "kept 3 shards: the same command resumes"), run("stop")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "['go', '--x=1']\n", "")
+    assert (said.returncode, said.stderr) == (130, "interrupted: kept 3 shards: the same command resumes\n")
+    assert plain.returncode == 130 and plain.stderr.startswith("interrupted: ") and plain.stderr.count("\n") == 1
+
+
+def test_an_unusable_out_dir_is_one_line_naming_the_setting_and_the_path(tmp_path, monkeypatch):
+    (tmp_path / "f").write_text("mine")
+    check_out_dir(tmp_path / "new" / "deeper", "--out")  # made when missing
+    assert error_of(check_out_dir, tmp_path / "f", "--out") == (
+        f"error: --out {tmp_path / 'f'} is a file, not a folder; choose a folder (made if missing)")
+    assert f"is under {tmp_path / 'f'}, which is a file" in error_of(check_out_dir, tmp_path / "f" / "x", "--out_dir")
+
+    def lock(folder):
+        with locked_folder(folder, "--out"):
+            pass
+
+    assert "cannot write there (No such file or directory)" in error_of(lock, "/proc/nope/x")  # root passes the check
+    monkeypatch.setattr("os.access", lambda path, mode: False)  # as a user, not root, in a folder of root's
+    assert f"--out_dir {tmp_path}/x: no permission to write in {tmp_path}" in error_of(check_out_dir, tmp_path / "x",
+                                                                                       "--out_dir")
+    assert [p.name for p in tmp_path.iterdir()] == ["f"]

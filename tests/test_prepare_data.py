@@ -5,6 +5,8 @@ import json
 import os
 import pathlib
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -14,7 +16,7 @@ import numpy as np
 import pytest
 
 import prepare_data
-from conftest import ROOT, SHARED, error_of, needs_gpt2
+from conftest import ROOT, SHARED, error_of, gpt2_available, needs_gpt2
 from data import get_batch, get_tokenizer, load_meta, read_shard
 from prepare_data import prepare
 
@@ -207,8 +209,8 @@ def test_a_stream_error_keeps_the_finished_shards_and_the_rerun_resumes_byte_for
     monkeypatch.setattr(prepare_data, "_hub", hub)
     monkeypatch.setattr(prepare_data, "BATCH_CHARS", 500)  # batches tokenized before the break
     out, options = tmp_path / "out", dict(val_tokens=700, shard_tokens=1000, workers=1)
-    with pytest.raises(SystemExit, match="connection reset"):
-        prepare("fineweb_edu", out, **options)
+    message = error_of(prepare, "fineweb_edu", out, **options)  # one line: the error, then what was kept
+    assert "connection reset" in message and message.endswith("the same command resumes after them")
     kept = {p.name: p.stat().st_mtime_ns for p in out.glob("*.bin")}
     assert len(kept) > 2 and not (out / "meta.json").exists()
     breaks_at[0] = None
@@ -359,3 +361,155 @@ def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path, monk
         assert starts and (stream[starts[0] + 1:starts[0] + 17] == row_y).all()
     assert error_of(prepare, "shards", tmp_path / "only_train", inputs=[str(folder / "*train*.bin")]).startswith(
         "error: shards needs --input with train and val shards")
+
+
+# ----------------------------------------------------------------------------- nothing lost, nothing silent
+# Each test plants one class of mistake on several datasets, settings or paths, through the command line: one
+# line on stderr and no traceback, the exit status, and every file byte-identical to before.
+
+def cli(*args):
+    return subprocess.run([sys.executable, "prepare_data.py", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": ""})
+
+
+def one_line_error(result):
+    """The one line a failed command wrote, checked to be all of stderr, an error and no traceback."""
+    assert result.returncode != 0 and result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, (
+        result.returncode, result.stderr)
+    return result.stderr
+
+
+def tree(root):
+    """Every folder and file under root with its sha256: a folder's state, to compare before and after."""
+    return {str(p.relative_to(root)): p.is_file() and hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture
+def small(tmp_path):
+    """A small text in its own folder."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "small.txt").write_text("hello world\nthis is small\n")
+    return tmp_path / "in" / "small.txt"
+
+
+def test_a_build_removes_and_replaces_only_files_builds_wrote(tmp_path, small):
+    """A folder holding a file no build wrote is an error, whatever the dataset, the arguments or --force, and
+    nothing in it changes: the user's meta.json, notes.tmp, a file named like a shard, a note beside a complete
+    build or beside a build in progress. A build's own folder, even holding its input, builds and rebuilds."""
+    user, named_like_a_shard, beside_built, beside_progress = (tmp_path / name for name in ("a", "b", "c", "d"))
+    user.mkdir()
+    (user / "meta.json").write_text('{"mine": true}')
+    (user / "notes.tmp").write_text("my notes")
+    named_like_a_shard.mkdir()
+    (named_like_a_shard / "train_000000.bin").write_text("mine")
+    build = ["text", "--input", small, "--tokenizer", "char", "--val_tokens", 5, "--shard_tokens", 10]
+    for folder in (beside_built, beside_progress):
+        assert cli(*build, "--out", folder).returncode == 0
+        (folder / "notes.tmp").write_text("mine")
+    (beside_progress / "meta.json").rename(beside_progress / "progress.json")  # as a build that is clearing it
+    before = tree(tmp_path)
+    for args in (["text", "--input", small, "--out", user], ["text", "--input", small, "--out", user, "--force"],
+                 ["pystdlib", "--num_tokens", 1000, "--out", user], ["shakespeare_char", "--input", small, "--out",
+                 named_like_a_shard], [*build, "--out", beside_built, "--force"], [*build, "--out", beside_progress],
+                 [*build, "--val_tokens", 6, "--out", beside_progress]):
+        assert "holds files no build wrote" in one_line_error(cli(*args)), args
+    assert cli(*build, "--out", beside_built).returncode == 0  # complete with these arguments: nothing to do
+    assert tree(tmp_path) == before
+
+    nanogpt = tmp_path / "data" / "shakespeare_char"  # nanoGPT's layout: the input in the dataset's folder
+    nanogpt.mkdir(parents=True)
+    shutil.copy(small, nanogpt / "input.txt")
+    for force in ((), ("--force",)):
+        assert cli("shakespeare_char", "--input", nanogpt / "input.txt", "--out", nanogpt, *force).returncode == 0
+    assert (nanogpt / "input.txt").read_bytes() == small.read_bytes() and load_meta(nanogpt)["tokens"]["train"]
+
+
+def test_an_unusable_out_path_is_one_line_before_anything_is_written(tmp_path, small):
+    """A file, a path under a file, a parent that cannot be made, a folder that cannot be written: one line
+    naming --out and the path, for every dataset, and nothing written anywhere."""
+    (tmp_path / "FILE").write_text("mine")
+    before = tree(tmp_path)
+    datasets = (["text", "--input", small], ["shakespeare_char", "--input", small], ["pystdlib", "--num_tokens", 1000])
+    for out, why in ((tmp_path / "FILE", "is a file"), (tmp_path / "FILE" / "x", "is under"),
+                     ("/proc/nope/x", "cannot write there"), ("/proc/self", "no permission to write")):
+        for dataset in datasets:
+            line = one_line_error(cli(*dataset, "--tokenizer", "char", "--out", out))
+            assert f"--out {out}" in line and why in line and "choose a folder" in line, line
+    assert tree(tmp_path) == before
+
+
+HOLD_AND_CTRL_C = """import runpy, sys, data
+hold, write, written = int(sys.argv[1]), data.write_shard, []
+def write_and_hold(path, tokens):  # prepare_data.py, run as itself, holds before its shard number `hold`
+    if len(written) == hold:
+        print("holding", flush=True)
+        sys.stdin.readline()
+    written.append(write(path, tokens))
+    return written[-1]
+data.write_shard = write_and_hold
+sys.argv = ["prepare_data.py", *sys.argv[2:]]
+runpy.run_path("prepare_data.py", run_name="__main__")
+"""
+
+
+def test_ctrl_c_ends_in_one_line_with_status_130_and_the_same_command_resumes(tmp_path):
+    """Ctrl-C before any shard is finished and after three, tokenizer processes and all: one line, exit 130,
+    every shard whole, and the same command then writes the shards of an uninterrupted build, byte for byte."""
+    args = ["pystdlib", "--num_tokens", 200_000, "--shard_tokens", 20_000, "--workers", 2]
+    reference = prepare("pystdlib", tmp_path / "reference", num_tokens=200_000, shard_tokens=20_000, workers=1)
+    for hold in (0, 3):
+        out = tmp_path / f"held{hold}"
+        build = subprocess.Popen([sys.executable, "-c", HOLD_AND_CTRL_C, str(hold), *map(str, args), "--out", str(out)],
+                                 cwd=ROOT, text=True, start_new_session=True, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert build.stdout.readline() == "holding\n"
+        os.killpg(build.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the process group, workers too
+        stderr = build.communicate(timeout=60)[1]
+        assert build.returncode == 130 and stderr == f"interrupted: kept the finished shards in {out}: the same " \
+                                                       "command resumes after them\n", stderr
+        assert len([read_shard(shard) for shard in out.glob("*.bin")]) == hold  # whole, or not there
+        again = cli(*args, "--out", out)
+        assert again.returncode == 0 and ("resuming" in again.stderr) == (hold > 0), again.stderr
+        assert load_meta(out)["shards"] == load_meta(reference)["shards"]
+        assert {p.name: p.read_bytes() for p in out.glob("*.bin")} == {
+            p.name: p.read_bytes() for p in reference.glob("*.bin")}
+
+
+def test_a_mistake_in_the_arguments_is_one_line_and_writes_nothing(tmp_path, small, monkeypatch):
+    """Every argument out of its range, and a --val_tokens beyond the text (row 15): one line, a non-zero exit,
+    no folder, lock, progress.json or shard left, so that nothing invites a resume that cannot work."""
+    (tmp_path / "in" / "empty.txt").touch()
+    (tmp_path / "in" / "rows.jsonl").write_text(json.dumps({"body": "a row"}) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    mistakes = [["pystdlib", "--num_tokens", 0], ["pystdlib", "--num_tokens", -5], ["pystdlib", "--shard_tokens", 0],
+                ["pystdlib", "--shard_tokens", 2**31], ["pystdlib", "--workers", 0], ["pystdlib", "--workers", -1],
+                ["pystdlib", "--workers", "x"], ["pystdlib", "--num_tokens", 1000, "--val_tokens", 1000],
+                ["pystdlib", "--num_tokens", 1000, "--val_tokens", 2000], ["nope"], [],
+                ["pystdlib", "--tokenizer", "nope"], ["text"], ["text", "--input", tmp_path / "in" / "missing*.txt"],
+                ["text", "--input", tmp_path / "in"], ["shakespeare", "--input", tmp_path / "in" / "empty.txt"],
+                ["pystdlib", "--input", small], ["shakespeare_char", "--input", small, "--val_tokens", 5],
+                ["text", "--input", small, "--tokenizer", "char", "--val_tokens", 100_000_000],
+                ["text", "--input", small, "--tokenizer", "char", "--val_tokens", 26],  # its 26 characters
+                ["text", "--input", tmp_path / "in" / "rows.jsonl", "--tokenizer", "char"]]
+    if gpt2_available():
+        mistakes += [["text", "--input", small, "--val_tokens", 100_000_000],  # the issue's row 15
+                     ["text", "--input", tmp_path / "in" / "rows.jsonl"]]  # no column 'text'
+    before = tree(tmp_path)
+    for args in mistakes:
+        one_line_error(cli(*args, "--out", out))
+    assert tree(tmp_path) == before
+    monkeypatch.setattr(os, "access", lambda path, mode: mode != os.R_OK)  # root reads every file
+    assert "no permission to read" in error_of(prepare, "text", out, inputs=[str(small)])
+
+
+@needs_gpt2
+def test_val_tokens_found_beyond_the_text_only_while_tokenizing_leave_only_the_lock(tmp_path, small):
+    """7 GPT-2 tokens in 26 bytes: --val_tokens 20 passes the bound of 4 tokens a byte and is found at the end:
+    what the build wrote goes, and the message is the argument's, not a resume's (the rerun says it again)."""
+    out = tmp_path / "out"
+    for _ in range(2):
+        line = one_line_error(cli("text", "--input", small, "--val_tokens", 20, "--shard_tokens", 2, "--out", out))
+        assert "lower --val_tokens" in line and "resume" not in line
+        assert [p.name for p in out.iterdir()] == [".lock"]
