@@ -72,7 +72,7 @@ n_kv_head: int | None = None  # key/value heads, fewer for grouped-query attenti
 rope_theta = 10000.0  # llama: the rotary base
 multiple_of = 256  # llama: the SwiGLU width is rounded up to a multiple of this
 ffn_dim_multiplier: float | None = None  # llama: scales the SwiGLU width before rounding; None: 1
-norm_mode = "pre"  # post, pre, deep, sandwich, geonorm or simplenorm
+norm_mode = "pre"  # post, pre, deep, sandwich, geonorm, simplenorm, lns, mixln, reorder, hybrid or ngpt
 norm_eps: float | None = None  # epsilon of the norms; None: the mode's default
 qk_norm = False  # RMSNorm on queries and keys
 geo_alpha = 1.0  # geonorm: base step size a
@@ -82,6 +82,14 @@ geo_radius = "sqrt_d"  # geonorm: the sphere's radius: sqrt_d, or embed (the emb
 geo_max_angle: float | None = None  # geonorm: smooth clamp of the rotation angle (radians); None: off
 sandwich_depth_scaled = False  # sandwich: output-norm gains scaled by 1/sqrt(n_layer)
 gelu_tanh = False  # gpt2: GELU's tanh approximation, as OpenAI's GPT-2 has it (init_from=gpt2 sets it)
+lns_scaled_init = False  # lns: keep the family's depth-scaled init of W_o, W2, W3 (False: plain 0.02, as LNS)
+mixln_alpha = 0.25  # mixln: the first floor(mixln_alpha * n_layer) blocks post-norm, the rest pre-norm
+hybrid_star = False  # hybrid: block 1 pre-norm with QKV-norm (HybridNorm*)
+embed_norm = False  # the family's norm on the embedding (Peri-LN: norm_mode='sandwich' with embed_norm=True)
+norm_type = "norm"  # 'norm': the family's LayerNorm or RMSNorm; 'dyt': Dynamic Tanh in their place
+dyt_alpha_attn = 0.8  # dyt: alpha at init of the norm before attention
+dyt_alpha_ffn = 0.2  # dyt: alpha at init of the norm before the MLP, the output norms and the embedding's
+dyt_alpha_final = 0.2  # dyt: alpha at init of the final norm
 # optimizer: AdamW
 learning_rate = 1e-3  # peak learning rate
 max_iters = 2000  # optimizer steps in all
@@ -354,6 +362,9 @@ def main(argv):
                    tokens_per_s=speed.overall(run.step))
         if proc.world > 1:  # leave together: a process gone while the master still writes can abort the others
             dist.barrier()
+            # gloo's thread then frees the barrier's work, which takes the GIL: give it the GIL now, before the
+            # process group's destructor joins that thread while holding the GIL (a hang at exit, about 1 in 20)
+            time.sleep(0.1)
         if status == "diverged":
             good = run.saved is not None and f"{checkpoint.find_checkpoint(cfg.out_dir)} (step {run.saved})"
             proc.say(f"error: loss {loss}, gradient norm {grad_norm} at step {run.step + 1}; the last good "

@@ -1,6 +1,10 @@
 """Test setup: offline, importable from the repository root, small and deterministic."""
+import contextlib
+import json
 import os
 import pathlib
+import signal
+import subprocess
 import sys
 
 import pytest
@@ -67,3 +71,42 @@ def data_dir(tmp_path_factory, shakespeare_text):
     (root / "input.txt").write_text(shakespeare_text[:200_000])
     prepare_data.prepare("shakespeare_char", root / "tiny", inputs=[str(root / "input.txt")], workers=1)
     return root
+
+
+def torchrun(args, timeout, **kwargs):
+    """`python -m torch.distributed.run --standalone --nproc_per_node=2 *args` as subprocess.run(capture_output=True,
+    text=True) would run it, in a session of its own, so that a failure or a timeout ends its workers too: killing
+    torchrun alone would leave a worker waiting forever for its peer (and holding the test run's CPU)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
+    env = kwargs.pop("env", os.environ) | {"OMP_NUM_THREADS": "1"}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          start_new_session=True, **kwargs) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        finally:
+            if process.poll() is None or process.returncode != 0:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+# train.main for each argument list, in both processes of one torchrun launch, sharing one process group (a
+# group cannot be made again under torchrun once destroyed): one launch's start-up for many runs
+DRIVER = f"""
+import json, sys
+sys.path.insert(0, {str(ROOT)!r})
+import torch.distributed as dist
+import train
+dist.init_process_group("gloo")
+dist.init_process_group = dist.destroy_process_group = lambda *args, **kwargs: None
+for argv in json.loads(sys.argv[1]):
+    train.main(argv)
+"""
+
+
+def torchrun_mains(argvs, folder, timeout):
+    """train.main(argv) for each of argvs in two processes of one torchrun launch; the launch must succeed."""
+    (folder / "driver.py").write_text(DRIVER)
+    result = torchrun([str(folder / "driver.py"), json.dumps(argvs)], timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result

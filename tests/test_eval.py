@@ -6,7 +6,6 @@ import math
 import os
 import statistics
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -18,7 +17,7 @@ import data
 import eval as evaluation
 import prepare_data
 import train
-from conftest import ROOT, needs_gpt2
+from conftest import ROOT, needs_gpt2, torchrun
 from model import ARCHS, GPT, NORM_MODES, GPTConfig, from_gpt2
 from checkpoint import load_model
 
@@ -256,9 +255,9 @@ def test_two_torchrun_processes_share_the_examples_and_score_the_same(evaluated,
     """lm-eval's rank/world_size protocol with gloo: each process scores every other example, the first
     gathers the metrics."""
     shutil.copy(out_dir / "ckpt.pt", tmp_path / "ckpt.pt")
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "eval.py",
-                    f"--out_dir={tmp_path}", "--tasks=tiny_mc,tiny_ll,tiny_roll", f"--include_path={tasks_dir}",
-                    "--device=cpu"], cwd=ROOT, check=True, capture_output=True, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    result = torchrun(["eval.py", f"--out_dir={tmp_path}", "--tasks=tiny_mc,tiny_ll,tiny_roll",
+                       f"--include_path={tasks_dir}", "--device=cpu"], timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "eval.json").read_text())
     assert report["processes"] == 2 and metrics_of(report) == pytest.approx(metrics_of(evaluated))
 

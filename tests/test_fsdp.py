@@ -2,7 +2,6 @@
 as ddp does, resumes from either kind of checkpoint on any number of processes, survives a kill during a save,
 and sample.py reads what it writes. Two processes on gloo, tiny models, CPU."""
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -20,7 +19,7 @@ import devices
 import measure
 import sample
 import train
-from conftest import ROOT
+from conftest import ROOT, torchrun_mains
 from model import GPT, GPTConfig, NORM_MODES
 
 TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
@@ -29,20 +28,6 @@ VARIANTS = dict(pre=[], deep=["--norm_mode=deep"], geonorm=["--norm_mode=geonorm
                 simplenorm=["--norm_mode=simplenorm"],
                 llama_simplenorm_gqa=["--arch=llama", "--norm_mode=simplenorm", "--n_kv_head=1", "--multiple_of=16"])
 CLIP = 0.05  # below every gradient norm of these runs: clipping is active at every step
-# train.main for each argument list, in both processes of one torchrun launch, sharing one process group (a
-# group cannot be made again under torchrun once destroyed)
-DRIVER = f"""
-import json, sys
-sys.path.insert(0, {str(ROOT)!r})
-import torch.distributed as dist
-import train
-dist.init_process_group("gloo")
-dist.init_process_group = dist.destroy_process_group = lambda *args, **kwargs: None
-for argv in json.loads(sys.argv[1]):
-    train.main(argv)
-"""
-
-
 # train.main, whose save of step 2 stops before DCP writes the shards, for a kill -9 to land there
 SLOW_SAVE = f"""
 import sys, time
@@ -92,11 +77,7 @@ def two_processes(data_dir, tmp_path_factory):
              ["--parallel=ddp", "--max_iters=5", f"--out_dir={root / 'ddp_then_fsdp'}"],
              ["--parallel=fsdp", "--max_iters=10", "--init_from=resume", f"--out_dir={root / 'ddp_then_fsdp'}"],
              ["--parallel=fsdp", "--activation_checkpointing=True", f"--out_dir={root / 'fsdp_checkpointed'}"]]
-    (root / "driver.py").write_text(DRIVER)
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             str(root / "driver.py"), json.dumps([common + ["--max_iters=10"] + r for r in runs])],
-                            capture_output=True, text=True, timeout=600, env=os.environ | {"OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = torchrun_mains([common + ["--max_iters=10"] + r for r in runs], root, timeout=600)
     assert result.stdout.count("= 2 processes x 2 micro-batches x 4 x 32") == len(runs)
     return root
 

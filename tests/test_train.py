@@ -21,6 +21,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 import configurator
 import devices
 import train
+from conftest import torchrun_mains
 from data import load_meta
 from model import ARCHS, GPT, GPTConfig, NORM_MODES
 
@@ -113,20 +114,29 @@ def test_max_iters_runs_exactly_that_many_optimizer_steps(data_dir, tmp_path):
     assert all(state["step"] == 7 for state in ckpt["optimizer"]["state"].values())
 
 
-@pytest.mark.parametrize("mode, arch", [(mode, "gpt2") for mode in NORM_MODES] + [("pre", "llama")])
-def test_two_torchrun_processes_match_one_process_with_accumulation(data_dir, tmp_path, mode, arch):
-    """2 processes x 2 micro-batches train as 1 process x 4, and evaluate alike: 3 batches split 2 + 1.
-    Every mode on gpt2 and llama's pre: a torchrun launch takes seconds, the other pairs run in the
-    one-process DDP test below."""
-    args = [f"--data_dir={data_dir}", *TINY, f"--norm_mode={mode}", f"--arch={arch}", "--max_iters=4",
-            "--eval_interval=2", "--eval_iters=3", "--gradient_accumulation_steps=4", "--dropout=0.1"]
-    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          os.path.join(ROOT, "train.py"), *args, f"--out_dir={tmp_path / 'ddp'}"],
-                         capture_output=True, text=True, timeout=300)
-    assert ddp.returncode == 0, ddp.stderr[-3000:]
-    assert "= 2 processes x 2 micro-batches x 4 x 32" in ddp.stdout
-    train.main([*args, f"--out_dir={tmp_path / 'one'}"])
-    one, two = tmp_path / "one", tmp_path / "ddp"
+TWO_PROCESS_RUNS = [(mode, "gpt2") for mode in NORM_MODES] + [("pre", "llama")]
+TWO_PROCESS_ARGS = ["--max_iters=4", "--eval_interval=2", "--eval_iters=3", "--gradient_accumulation_steps=4",
+                    "--dropout=0.1"]
+
+
+@pytest.fixture(scope="module")
+def two_processes(data_dir, tmp_path_factory):
+    """Every mode on gpt2, and llama's pre, trained by 2 processes x 2 micro-batches in one torchrun launch (the
+    other pairs run in the one-process DDP test below)."""
+    root = tmp_path_factory.mktemp("two")
+    runs = [[f"--data_dir={data_dir}", *TINY, *TWO_PROCESS_ARGS, f"--norm_mode={mode}", f"--arch={arch}",
+             f"--out_dir={root / f'{mode}-{arch}'}"] for mode, arch in TWO_PROCESS_RUNS]
+    result = torchrun_mains(runs, root, timeout=600)
+    assert result.stdout.count("= 2 processes x 2 micro-batches x 4 x 32") == len(runs)
+    return root
+
+
+@pytest.mark.parametrize("mode, arch", TWO_PROCESS_RUNS)
+def test_two_torchrun_processes_match_one_process_with_accumulation(two_processes, data_dir, tmp_path, mode, arch):
+    """2 processes x 2 micro-batches train as 1 process x 4, and evaluate alike: 3 batches split 2 + 1."""
+    train.main([f"--data_dir={data_dir}", *TINY, *TWO_PROCESS_ARGS, f"--norm_mode={mode}", f"--arch={arch}",
+                f"--out_dir={tmp_path}"])
+    one, two = tmp_path, two_processes / f"{mode}-{arch}"
     assert [i for i, _ in losses(two)] == [i for i, _ in losses(one)] == list(range(1, 5))
     assert [loss for _, loss in losses(two)] == pytest.approx([loss for _, loss in losses(one)], abs=1e-5)
     assert [e["iter"] for e in events(two, "eval")] == [e["iter"] for e in events(one, "eval")] == [0, 2, 4]
