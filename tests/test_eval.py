@@ -3,10 +3,8 @@ scores the same tokens, end to end through the real harness on tasks written her
 OpenAI's GPT-2 converted into model.py (a tiny random one saved locally: no download)."""
 import json
 import math
-import os
 import statistics
 import shutil
-import sys
 
 import pytest
 import torch
