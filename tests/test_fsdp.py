@@ -251,7 +251,8 @@ def test_block_activations_are_counted_from_a_narrow_copy(mode, arch, dtype):
                        multiple_of=1)
     wide = measure.block_activation_bytes(config, dtype, width=config.n_embd)
     assert measure.block_activation_bytes(config, dtype) == pytest.approx(wide, rel=0.06)
-    assert wide > (36 if dtype == "bfloat16" else 64) * config.n_embd * 0.99  # at least a pre-norm block's vectors
+    # at least the vectors any block keeps (reorder, with no norm before f, keeps the fewest)
+    assert wide > (32 if dtype == "bfloat16" else 60) * config.n_embd * 0.99
 
 
 def test_memory_estimate_shards_the_state_and_checkpointing_shrinks_activations():

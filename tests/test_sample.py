@@ -74,9 +74,10 @@ def test_cache_equals_no_cache_for_one_token_and_full_window_prompts(T):
 
 
 @pytest.mark.parametrize("mode", NORM_MODES)
-def test_cache_and_no_cache_logits_agree_to_float32_rounding_and_differ_under_bf16(mode):
+def test_cache_and_no_cache_logits_agree_to_float32_rounding_and_to_bf16_rounding_under_bf16(mode):
     """README's claim, measured: in float32 the two paths agree to float32 rounding (1e-6..1e-4 of the
-    logits' scale here); under bf16 autocast they differ by bf16's rounding, orders of magnitude more."""
+    logits' scale here); under bf16 autocast to bf16's rounding (2^-8 of a value), often orders of magnitude
+    more (ngpt's unit vectors make the two paths round alike: they agree exactly)."""
     model, idx = random_model(mode, dtype=torch.float32), prompt(T=BLOCK)
 
     def logits(ctx):  # (B, T, V) both ways: a forward over each prefix, and the cache fed a token at a time
@@ -91,7 +92,7 @@ def test_cache_and_no_cache_logits_agree_to_float32_rounding_and_differ_under_bf
     fp32_gap = (full - cached).abs().max()
     assert fp32_gap < 1e-3 * full.abs().max()
     full, cached = logits(torch.autocast("cpu", torch.bfloat16))
-    assert not torch.equal(full, cached) and (full - cached).abs().max() > 30 * fp32_gap
+    assert (full - cached).abs().max() < 2 ** -4 * full.abs().max()  # a few bf16 roundings of the scale
 
 
 @pytest.mark.parametrize("arch", ARCHS)
