@@ -1,0 +1,72 @@
+"""Every file under configs/ is settings a script accepts and a model GPTConfig validates, read as train.py (or
+ablate.py) reads them, without building a model; the lab's configs set what their docstrings promise."""
+import types
+from pathlib import Path
+
+import pytest
+
+import configurator
+from conftest import ROOT
+from model import NORM_MODES, GPTConfig
+
+CONFIGS = sorted((ROOT / "configs").glob("*.py"))
+TRAIN, ABLATE = str(ROOT / "train.py"), str(ROOT / "ablate.py")
+META = {"tokenizer": "gpt2", "vocab_size": 50257}  # GPT-2's BPE: every config's model is valid at its vocabulary
+
+
+def settings(path):
+    """The settings a run of the config at path gets: train.py's, or for an ablation ablate.py's and train.py's."""
+    if path.name.startswith("ablate_"):
+        return configurator.parse_settings([str(path)], ABLATE, passes_on=TRAIN, prefix="ablate_")[0]
+    return configurator.parse_settings([str(path)], TRAIN)[0]
+
+
+def model(cfg, **change):
+    return configurator.model_config(types.SimpleNamespace(**(cfg | change)), META)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_config_is_train_settings_and_a_valid_gptconfig(path):
+    cfg = settings(path)
+    assert isinstance(model(cfg), GPTConfig)
+    if path.name.startswith("ablate_"):  # each mode it runs is valid on its base settings
+        for mode in configurator.parse_modes(cfg["ablate_modes"], NORM_MODES):
+            assert model(cfg, norm_mode=mode).norm_mode == mode, mode
+    elif not path.name.startswith("base_"):  # a run's config says how to launch it and where it writes
+        assert f"configs/{path.name}" in Path(path).read_text().split('"""')[1], "the docstring's command"
+        assert cfg["out_dir"] != "out", "an out_dir of its own"
+
+
+# what each of the lab's configs promises over its base's pre config: {setting: value}, then GPTConfig's view
+LAB = {
+    "lns_125m": ({"norm_mode": "lns", "lns_scaled_init": False}, {}),
+    "mixln_125m": ({"norm_mode": "mixln", "mixln_alpha": 0.25, "tie_embeddings": False}, {"tied": False}),
+    "reorder_125m": ({"norm_mode": "reorder", "qk_norm": True}, {}),
+    "peri_125m": ({"norm_mode": "sandwich", "embed_norm": True}, {}),
+    "hybrid_125m": ({"norm_mode": "hybrid", "hybrid_star": False}, {}),
+    "dyt_125m": ({"norm_mode": "pre", "norm_type": "dyt", "dyt_alpha_attn": 0.8, "dyt_alpha_ffn": 0.2,
+                  "dyt_alpha_final": 0.2}, {}),
+    "ngpt_125m": ({"norm_mode": "ngpt", "learning_rate": 1.5e-3, "min_lr": 0.0, "warmup_iters": 0,
+                   "weight_decay": 0.0}, {"tied": False}),
+    "llama_reorder_1b": ({"norm_mode": "reorder", "qk_norm": True}, {"arch": "llama"}),
+    "llama_ngpt_1b": ({"norm_mode": "ngpt", "learning_rate": 1.5e-3, "min_lr": 0.0, "warmup_iters": 0,
+                       "weight_decay": 0.0}, {"arch": "llama", "tied": False}),
+}
+
+
+@pytest.mark.parametrize("name", LAB)
+def test_the_lab_configs_set_what_they_promise_and_nothing_else(name):
+    promised, model_view = LAB[name]
+    cfg, pre = settings(ROOT / "configs" / f"{name}.py"), settings(ROOT / "configs" / (
+        "llama_pre_1b.py" if name.startswith("llama_") else "pre_125m.py"))
+    assert {k: cfg[k] for k in promised} == promised
+    assert {k for k in cfg if cfg[k] != pre[k]} <= set(promised) | {"out_dir"}
+    config = model(cfg)
+    assert {k: getattr(config, k) for k in model_view} == model_view
+
+
+def test_the_lab_configs_cover_every_new_mode_and_switch():
+    modes = {settings(ROOT / "configs" / f"{name}.py")["norm_mode"] for name in LAB}
+    assert set(NORM_MODES[6:]) <= modes
+    assert settings(ROOT / "configs" / "peri_125m.py")["embed_norm"]
+    assert settings(ROOT / "configs" / "dyt_125m.py")["norm_type"] == "dyt"
