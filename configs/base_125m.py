@@ -1,4 +1,4 @@
-"""GPT-2 small (124M) on FineWeb-Edu: what the six *_125m configs share, so they differ only in norm_mode
+"""GPT-2 small (124M) on FineWeb-Edu: what the *_125m configs share, so they differ in their norm settings
 (and simplenorm's learning rate). 50,000 steps of 131,072 tokens read 6.6B tokens; prepare them with
     python prepare_data.py fineweb_edu --num_tokens 7000000000
 """
