@@ -10,6 +10,7 @@ import json
 import math
 import os
 import pathlib
+import sys
 
 import numpy as np
 
@@ -31,6 +32,16 @@ GPT2_META = dict(tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None
 def first_line(e):
     """An exception as one line: its type and the first line of its message."""
     return f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
+
+
+def run_cli(main, argv=None):
+    """A script's entry point: main(argv), where Ctrl-C ends in one line and exit 130 (128 + SIGINT, as a
+    shell reports it) instead of a traceback. A KeyboardInterrupt raised with a text says how to go on."""
+    try:
+        main(argv)
+    except KeyboardInterrupt as e:
+        print(f"interrupted: {str(e) or 'stopped by Ctrl-C'}", file=sys.stderr, flush=True)
+        sys.exit(130)
 
 
 # ----------------------------------------------------------------------------- writing files
