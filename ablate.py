@@ -207,14 +207,14 @@ def check_before_training(runs, plan, env):
     """Find every mistake before any run starts: eval.py loads the eval tasks, and train.py checks the
     settings, data and checkpoint of each run not done yet, as one of nproc processes (both --dry_run,
     writing nothing). The first failure is one line."""
-    tasks = [f"--{k}={v}" for k, v in plan["eval"].items() if v]
-    checks = [("the eval tasks", [EVAL, "--dry_run=True", *tasks])] * bool(plan["eval"]["tasks"])
+    eval_args = [f"--{k}={v}" for k, v in plan["eval"].items() if v]
+    checks = [("the eval tasks", [EVAL, "--dry_run=True", *eval_args])] * bool(plan["eval"]["tasks"])
     if "dry_run" in configurator.read_settings(TRAIN):  # until train.py has it, each run finds out for itself
         checks += [(r["name"], [TRAIN, *train_args(r), "--dry_run=True"]) for r in runs if not done(r)]
     env = env | {"WORLD_SIZE": str(plan["nproc"])}  # the run's processes: its accumulation must split
     with ThreadPoolExecutor(plan["jobs"]) as pool:
-        results = pool.map(lambda c: subprocess.run([sys.executable, *c[1]], capture_output=True, text=True,
-                                                    env=env), checks)
+        results = pool.map(lambda check: subprocess.run([sys.executable, *check[1]], capture_output=True,
+                                                        text=True, env=env), checks)
         for (what, _), result in zip(checks, results):
             if result.returncode:
                 last = (result.stderr.strip() or "no output").splitlines()[-1]

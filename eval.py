@@ -10,7 +10,9 @@ checkpoint of train.py, or OpenAI's GPT-2 as the reference row.
 The harness owns the tasks, their prompts and their metrics; this script only answers its three kinds
 of request with model.py's GPT: the log-likelihood of a continuation (multiple choice, lambada), of a
 whole text in windows of block_size tokens (perplexity tasks such as wikitext), and greedy generation
-through GPT.generate's KV cache. It prints lm-eval's table and writes out_dir/eval.json.
+through GPT.generate's KV cache. It prints lm-eval's table and writes out_dir/eval.json. The tasks load
+(their data too) before the model; --dry_run=True stops there, having written nothing (ablate.py runs it
+before it trains).
 
 The tasks' data download from the Hugging Face hub on first use. Offline, give a task YAML that reads
 local files through --include_path (README: Evaluation). Under torchrun every process holds the whole
