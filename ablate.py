@@ -7,8 +7,8 @@ Ablate the norm modes: train.py once per (mode, learning rate, seed, sweep point
     python ablate.py CONFIG.py --modes=pre,geonorm --lrs=1e-3,3e-3 --sweep=geo_alpha=1,3,10 --max_iters=500
     python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3 --figures=docs/shakespeare_char  # no training
 
-A config file is a train.py config plus optional `ablate_<name> = ...` lines for ablate.py's own settings
-(listed by --help), which the command line sets as --<name>=..., and --sweep=key=v1,v2 once per key.
+A config file is a train.py config plus optional `ablate_<name> = ...` lines for ablate.py's own settings,
+which the command line sets as --<name>=..., and --sweep=key=v1,v2 once per key (--help lists both kinds).
 
 A value repeated in modes, seeds, lrs or a sweep (--seeds=1,1, --lrs=1e-3,0.001) is run once.
 
@@ -20,7 +20,11 @@ log.jsonl ends finished or diverged is skipped and one with a checkpoint resumes
 to finish a stopped ablation; delete a run's folder to train it again. A run whose eval.json holds the same
 eval_tasks and eval_limit is not evaluated again. A diverged run (non-finite loss) is a result, tabled and
 plotted as diverged. out_dir/ablate gets results.md, results.json and the plots.
+
+Before any run starts, eval.py loads the eval tasks and train.py checks each run's settings (both --dry_run):
+a mistake is one line, with nothing trained. A run that fails or is not evaluated makes the exit status 1.
 """
+import difflib
 import itertools
 import json
 import math
@@ -35,8 +39,8 @@ from pathlib import Path
 import checkpoint
 import configurator
 from model import NORM_MODES
-from plots import MODE_OF_PREFIX, mean_std, plot_all
-from data import atomic_write
+from plots import MODE_OF_PREFIX, mean_std, plot_all, table
+from data import atomic_write, run_cli
 
 # settings: the assignments between the two rulers, read by configurator.py (python ablate.py --help);
 # the command line sets ablate_<name> as --<name>=...
@@ -73,10 +77,30 @@ def listed(value):
     return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
 
 
+def check_names(argv):
+    """--help, and a --name=value that is no setting as one line whose did-you-mean looks at ablate.py's own
+    settings first (--mode: --modes, not norm_mode)."""
+    if "--help" in argv or "-h" in argv:
+        per_run = f"train.py's, passed on to every run (but {', '.join(PER_RUN)}, set per run)"
+        configurator.print_help(f"{__doc__.strip()}\n\nablate.py's settings:\n"
+                                f"{configurator.settings_block(__file__)}\n{per_run}:\n"
+                                + configurator.settings_block(TRAIN))
+    own, train = configurator.read_settings(__file__), configurator.read_settings(TRAIN)
+    for arg in (arg for arg in argv if arg.startswith("--")):
+        name = arg[2:].partition("=")[0]
+        if name not in own and name not in train and "ablate_" + name not in own:
+            short = [n.removeprefix("ablate_") for n in own]
+            guess = [f"--{g}" for g in difflib.get_close_matches(name, short, n=1)] or [
+                repr(g) for g in difflib.get_close_matches(name, train, n=1)]
+            hint = f"did you mean {guess[0]}?" if guess else "python ablate.py --help lists them all"
+            sys.exit(f"error: unknown setting {name!r} in {arg}: {hint}")
+
+
 def configure(argv):
     """The plan: ablate.py's settings, and the train.py settings given by config files and --key=value."""
     sweeps = [arg for arg in argv if arg.startswith("--sweep=")]  # each sets one key of the sweep
     argv = [arg for arg in argv if arg not in sweeps]
+    check_names(argv)
     own, given = configurator.parse_settings(argv, __file__, LEAST, TRAIN, "ablate_")
     settings = configurator.read_settings(TRAIN)
     for arg in sweeps:
@@ -166,27 +190,54 @@ def evaluated(folder, evaluation):
     return all(done.get(k) == evaluation[k] for k in ("tasks", "limit"))
 
 
-def execute(run, nproc, threads, evaluation):
+def done(run):
+    """Whether a run has its result: finished, or diverged."""
+    return read_log(run["dir"])["status"] in ("finished", "diverged")
+
+
+def train_args(run):
+    """train.py's arguments for a run, resumed from its checkpoint (ckpt.pt, sharded ckpt/) if it has one."""
+    resume = checkpoint.find_checkpoint(run["dir"]) is not None
+    return [f"--{k}={v}" for k, v in run["settings"].items()] + ["--init_from=resume"] * resume
+
+
+def check_before_training(runs, plan, env):
+    """Find every mistake before any run starts: eval.py loads the eval tasks, and train.py checks the
+    settings, data and checkpoint of each run not done yet, as one of nproc processes (both --dry_run,
+    writing nothing). The first failure is one line."""
+    eval_args = [f"--{k}={v}" for k, v in plan["eval"].items() if v]
+    checks = [("the eval tasks", [EVAL, "--dry_run=True", *eval_args])] * bool(plan["eval"]["tasks"])
+    if "dry_run" in configurator.read_settings(TRAIN):  # until train.py has it, each run finds out for itself
+        checks += [(r["name"], [TRAIN, *train_args(r), "--dry_run=True"]) for r in runs if not done(r)]
+    env = env | {"WORLD_SIZE": str(plan["nproc"])}  # the run's processes: its accumulation must split
+    with ThreadPoolExecutor(plan["jobs"]) as pool:
+        results = pool.map(lambda check: subprocess.run([sys.executable, *check[1]], capture_output=True,
+                                                        text=True, env=env), checks)
+        for (what, _), result in zip(checks, results):
+            if result.returncode:
+                last = (result.stderr.strip() or "no output").splitlines()[-1]
+                sys.exit(f"error: {what}: {last.removeprefix('error: ')} (nothing has run)")
+
+
+def execute(run, nproc, env, evaluation):
     """Train one run unless it is done: fresh, or resumed from its checkpoint; then, when eval tasks are
     asked for, score it with eval.py unless that is done too. Returns (what, seconds)."""
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
-    env = os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
     what, t0 = "skipped", time.time()
-    if read_log(run["dir"])["status"] not in ("finished", "diverged"):
-        resume = checkpoint.find_checkpoint(run["dir"]) is not None  # ckpt.pt, or a sharded ckpt/
-        args = [f"--{k}={v}" for k, v in run["settings"].items()] + ["--init_from=resume"] * resume
+    if not done(run):
+        args = train_args(run)
+        what = "resumed" if "--init_from=resume" in args else "ran"
         run["dir"].mkdir(parents=True, exist_ok=True)
         with open(run["dir"] / "train.log", "a") as out:  # train.py's output, kept out of the progress lines
             subprocess.run([sys.executable, *launcher, TRAIN, *args], stdout=out, stderr=subprocess.STDOUT,
                            env=env)
-        what = "resumed" if resume else "ran"
     finished = read_log(run["dir"])["status"] == "finished"
     if evaluation["tasks"] and finished and not evaluated(run["dir"], evaluation):
         args = [f"--out_dir={run['dir']}"] + [f"--{k}={v}" for k, v in evaluation.items() if v]
         with open(run["dir"] / "eval.log", "a") as out:
-            subprocess.run([sys.executable, *launcher, EVAL, *args], stdout=out, stderr=subprocess.STDOUT,
-                           env=env)
-        what += ", evaluated"
+            failed = subprocess.run([sys.executable, *launcher, EVAL, *args], stdout=out,
+                                    stderr=subprocess.STDOUT, env=env).returncode
+        what += f", EVALUATION FAILED (see {run['dir']}/eval.log)" if failed else ", evaluated"
     return what, time.time() - t0
 
 
@@ -228,34 +279,6 @@ def summarize(runs, evaluation):
     return list(groups.values())
 
 
-def score_cell(score):
-    """An eval task's mean ± std over the seeds (the mean alone for one seed), or — when none was scored."""
-    if score is None:
-        return "—"
-    return f"{score['mean']:.4f}" + (f" ± {score['std']:.4f}" if score["runs"] > 1 else "")
-
-
-def table(groups):
-    """results.md's table: a row per group; a column per eval task, headed by the metric that sums it up."""
-    metrics = {t: s["metric"] for g in groups for t, s in g["tasks"].items()}  # task -> metric, first seen first
-    rows = ["| mode | settings | lr | seeds | final val loss | best val loss | diverged | tokens/s |"
-            + "".join(f" {task} {metric} |" for task, metric in metrics.items()),
-            "|---|---|---|---|---|---|---|---|" + "---|" * len(metrics)]
-    for g in groups:
-        seeds, (mean, std) = g["finished"] + g["diverged"], g["final_val_loss"] or (None, None)
-        final = (("diverged" if g["diverged"] else "failed") if mean is None
-                 else f"{mean:.4f}" + (f" ± {std:.4f}" if g["finished"] > 1 else ""))
-        best = "—" if g["best_val_loss"] is None else f"{g['best_val_loss']:.4f}"
-        diverged = f"{g['diverged']}/{seeds}" if g["diverged"] else "no"
-        speed = "—" if g["tokens_per_s"] is None else f"{g['tokens_per_s']:,.0f}"
-        settings = " ".join(f"{k}={v}" for k, v in g["sweep"].items()) or "—"
-        lr = f"{g['lr']:g}" + (" (3×)" if g["tripled"] else "")
-        scores = "".join(f" {score_cell(g['tasks'].get(task))} |" for task in metrics)
-        rows.append(f"| {g['mode']} | {settings} | {lr} | {seeds} | {final} | {best} | {diverged} | {speed} |"
-                    f"{scores}")
-    return "\n".join(rows)
-
-
 def write_results(groups, plan, root, argv, pngs):
     ranked = sorted((g for g in groups if g["final_val_loss"]), key=lambda g: g["final_val_loss"][0])
     order = " < ".join(f"{g['group']} {g['final_val_loss'][0]:.4f}" for g in ranked)
@@ -265,6 +288,7 @@ def write_results(groups, plan, root, argv, pngs):
             f"over the seeds that finished; best: the lowest evaluation, mean over them.{tasks}\n\n"
             f"{table(groups)}\n\nLowest final val loss first: {order or 'none finished'}\n\n"
             + "".join(f"![{p}]({p})\n" for p in pngs))
+    root.mkdir(parents=True, exist_ok=True)
     atomic_write(root / "results.md", text.encode())
     plan = {k: v for k, v in plan.items() if k != "base"}
     atomic_write(root / "results.json",
@@ -289,28 +313,38 @@ def draw_figures(runs, plan, root):
               f"{', '.join(unfinished)}", file=sys.stderr)
 
 
-def main(argv):
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
     plan = configure(argv)
     root = Path(plan["base"]["out_dir"]) / "ablate"
     runs = plan_runs(plan, root)
     check_not_stale(runs)
     if plan["figures"]:
         return draw_figures(runs, plan, root)
-    threads = max(1, (os.cpu_count() or 1) // (plan["jobs"] * plan["nproc"]))
-    print(f"{len(runs)} runs in {root}, {plan['jobs']} at a time, {threads} threads each")
+    given = os.environ.get("OMP_NUM_THREADS")  # the user's, else the CPU's threads split among the processes
+    threads = given or str(max(1, (os.cpu_count() or 1) // (plan["jobs"] * plan["nproc"])))
+    env = os.environ | {"OMP_NUM_THREADS": threads}
+    check_before_training(runs, plan, env)
+    print(f"{len(runs)} runs in {root}, {plan['jobs']} at a time, {threads} threads per process"
+          + " (OMP_NUM_THREADS)" * bool(given))
     with ThreadPoolExecutor(plan["jobs"]) as pool:
-        futures = {pool.submit(execute, run, plan["nproc"], threads, plan["eval"]): run for run in runs}
+        futures = {pool.submit(execute, run, plan["nproc"], env, plan["eval"]): run for run in runs}
         try:
             for i, future in enumerate(as_completed(futures), 1):
                 print(progress_line(i, len(runs), futures[future], *future.result()), flush=True)
         except KeyboardInterrupt:  # the runs got the signal too: they save a checkpoint and stop
             pool.shutdown(cancel_futures=True)
-            sys.exit("interrupted: run the same command again to go on")
+            raise KeyboardInterrupt("run the same command again to go on")
     groups = summarize(runs, plan["eval"])
     print(write_results(groups, plan, root, argv, plot_all(groups, plan, root)))
-    if failed := [r["name"] for g in groups for r in g["runs"] if r["status"] not in ("finished", "diverged")]:
-        sys.exit(f"error: {len(failed)} runs did not finish: {', '.join(failed)} (see their train.log)")
+    failed = [r["name"] for g in groups for r in g["runs"] if r["status"] not in ("finished", "diverged")]
+    unscored = [r["name"] for g in groups for r in g["runs"]
+                if plan["eval"]["tasks"] and r["status"] == "finished" and not r["scores"]]
+    if failed or unscored:
+        sys.exit(f"error: of {len(runs)} runs, {len(failed)} did not finish ({', '.join(failed) or '-'}: see "
+                 f"their train.log) and {len(unscored)} were not evaluated ({', '.join(unscored) or '-'}: "
+                 "see their eval.log)")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_cli(main)

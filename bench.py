@@ -11,11 +11,15 @@ turns step by step, in an order that rotates every round, so drift on a shared m
 them alike; each figure is a median. Peak memory is measured with one mode's model alive at a time:
 CUDA's max allocated during a step (weights, gradients, AdamW state and activations), or on CPU the
 growth of the process's peak RSS during one step. Also measured: sampling tokens/s with and without
-the KV cache, and the data loader's batches/s. Any other --key=value is a train.py setting; the
-vocabulary is the dataset's tokenizer's (GPT-2's 50304, padded, for fineweb_edu and the other BPE
-datasets; else 65 characters) unless --vocab_size sets it.
+the KV cache, and the data loader's batches/s. The train.py settings that shape these (the model's, the
+batch, AdamW's, seed, device, dtype; --help lists them) are set as --key=value too; a train.py setting that
+does not shape them is an error, and one from a config file is left out with a note. The vocabulary is
+the dataset's tokenizer's (GPT-2's 50304, padded, for fineweb_edu and the other BPE datasets; else 65
+characters) unless --vocab_size sets it.
 """
 import ctypes
+import dataclasses
+import difflib
 import gc
 import json
 import statistics
@@ -29,10 +33,10 @@ import numpy as np
 import torch
 
 import configurator
-from data import DATASETS, GPT2_META, get_batch, padded_vocab, write_shard
+from data import DATASETS, GPT2_META, get_batch, padded_vocab, run_cli, write_shard
 import devices
 import measure
-from model import GPT, NORM_MODES
+from model import GPT, NORM_MODES, GPTConfig
 
 TRAIN = Path(__file__).with_name("train.py")  # whose settings bench.py takes
 
@@ -53,25 +57,76 @@ n_embd = 384
 block_size = 256
 batch_size = 8
 # --------------------------------------------------------------------------------------------------
+PROMPT = 8  # tokens of the sampling prompt: block_size must leave room after it
+# train.py's settings that shape what bench.py measures; none of the others do (out_dir, parallel, ...)
+MEASURED = ({f.name for f in dataclasses.fields(GPTConfig)} - {"vocab_size", "norm_mode"}
+            | {"seed", "dataset", "batch_size", "learning_rate", "weight_decay", "beta1", "beta2", "device",
+               "dtype", "peak_flops"})
+LEAST = dict(bench_steps=1, bench_sample_tokens=1, batch_size=1, learning_rate=0, weight_decay=0, beta1=0,
+             beta2=0, seed=0, peak_flops=0)  # the least value of each; the model's: GPTConfig.validate
+
+
+def help_text():
+    """--help: the docstring, bench.py's settings, and those of train.py that it measures, as in train.py."""
+    own = configurator.read_settings(__file__)
+    lines = [line for line in configurator.settings_block(TRAIN).splitlines()
+             if line.split(" ")[0].rstrip(":") in MEASURED - set(own)]
+    return (f"{__doc__.strip()}\n\nsettings, their defaults and what they do:\n"
+            f"{configurator.settings_block(__file__)}\ntrain.py's settings that bench.py measures, with "
+            "train.py's defaults:\n" + "\n".join(lines))
+
+
+def check_names(argv):
+    """Each --name=value a setting bench.py uses, else one line: a did-you-mean among those, or, for a
+    train.py setting, what bench.py measures."""
+    own = [name.removeprefix("bench_") for name in configurator.read_settings(__file__)]
+    for arg in (arg for arg in argv if arg.startswith("--")):
+        name = arg[2:].partition("=")[0]
+        if name in own or "bench_" + name in own or name in MEASURED:
+            continue
+        if name in configurator.read_settings(TRAIN):
+            sys.exit(f"error: bench.py does not use {name} ({arg}): it measures one process's training step, "
+                     "sampling and data loading; python bench.py --help lists the settings that shape them")
+        guess = [f"--{g}" for g in difflib.get_close_matches(name, own, n=1)] or [
+            repr(g) for g in difflib.get_close_matches(name, sorted(MEASURED), n=1)]
+        hint = f"did you mean {guess[0]}?" if guess else "python bench.py --help lists them all"
+        sys.exit(f"error: unknown setting {name!r} in {arg}: {hint}")
 
 
 def parse(argv):
-    """(bench.py's own settings, the modes, train.py's settings): a namespace each, less the bench_ prefix."""
-    cfg, _ = configurator.parse_settings(argv, __file__, None, TRAIN, "bench_")
+    """(bench.py's own settings, the modes, train.py's settings): a namespace each, less the bench_ prefix;
+    every value checked before anything is measured."""
+    if "--help" in argv or "-h" in argv:
+        configurator.print_help(help_text())
+    check_names(argv)
+    cfg, given = configurator.parse_settings(argv, __file__, None, TRAIN, "bench_")
+    if left_out := sorted(set(given) - MEASURED - set(configurator.read_settings(__file__))):  # from a config
+        print(f"note: bench.py leaves out {', '.join(left_out)}: settings of a training run, not of what it "
+              "measures", file=sys.stderr)
+    for name, least in LEAST.items():
+        if cfg[name] < least:
+            sys.exit(f"error: {name.removeprefix('bench_')} must be at least {least}, got {cfg[name]!r}")
+    if cfg["beta1"] >= 1 or cfg["beta2"] >= 1:
+        sys.exit(f"error: AdamW's betas must be below 1, got beta1={cfg['beta1']}, beta2={cfg['beta2']}")
+    if cfg["block_size"] <= PROMPT:
+        sys.exit(f"error: block_size={cfg['block_size']} leaves no room to sample after the {PROMPT}-token "
+                 f"prompt: give at least {PROMPT + 1}")
     own = [name for name in cfg if name.startswith("bench_")]
     args = types.SimpleNamespace(**{name.removeprefix("bench_"): cfg.pop(name) for name in own})
     modes = configurator.parse_modes(args.modes, NORM_MODES)
     if "pre" not in modes:
         modes.insert(0, "pre")  # the baseline every ratio is taken against
-    if args.steps < 1:
-        sys.exit("error: steps must be at least 1")
     if args.compile not in ("both", "on", "off"):
         sys.exit(f"error: compile must be one of both, on, off, got {args.compile!r}")
     cfg["device"] = devices.pick_device(cfg["device"])
     if args.vocab_size is None:  # the head of a 50,257-token BPE vocabulary dominates a 125M model's memory
         gpt2 = DATASETS.get(cfg["dataset"], ("char",))[0] == "gpt2"
         args.vocab_size = padded_vocab(GPT2_META) if gpt2 else 65
-    return args, modes, types.SimpleNamespace(**cfg)
+    cfg = types.SimpleNamespace(**cfg)
+    for mode in modes:  # every mode's model settings, checked by GPTConfig.validate before any is built
+        configurator.model_config(types.SimpleNamespace(**{**vars(cfg), "norm_mode": mode}),
+                                  dict(vocab_size=args.vocab_size, tokenizer="char"))
+    return args, modes, cfg
 
 
 def peak_rss_reset():
@@ -173,10 +228,10 @@ def bench_training(modes, cfg, args, compiled):
 def bench_sampling(modes, cfg, args):
     """Per mode: tokens/s generating from an 8-token prompt, with and without the KV cache (eager)."""
     results = []
-    n_new = min(args.sample_tokens, cfg.block_size - 8)  # inside the window, where both paths agree
+    n_new = min(args.sample_tokens, cfg.block_size - PROMPT)  # inside the window, where both paths agree
     for mode in modes:
         model = Runner(mode, cfg, args.vocab_size, compiled=False).model.eval()
-        prompt = torch.zeros(1, 8, dtype=torch.long, device=cfg.device)
+        prompt = torch.zeros(1, PROMPT, dtype=torch.long, device=cfg.device)
         speed = {}
         for use_cache in (True, False, True, False):  # interleaved; the best of two each
             dt = timed(lambda: model.generate(prompt, n_new, temperature=0, use_cache=use_cache), cfg.device)
@@ -215,8 +270,8 @@ def print_table(report):
     print(f"\ndata loader: {d['batches_per_s']:,.0f} batches/s ({d['tokens_per_s']:,.0f} tokens/s)")
 
 
-def main(argv):
-    args, modes, cfg = parse(argv)
+def main(argv=None):
+    args, modes, cfg = parse(sys.argv[1:] if argv is None else argv)
     torch.manual_seed(cfg.seed)
     compiles = {"both": (False, True), "on": (True,), "off": (False,)}[args.compile]
     report = dict(shape=f"{cfg.arch}: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, "
@@ -231,4 +286,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_cli(main)

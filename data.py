@@ -44,7 +44,7 @@ def run_cli(main, argv=None):
         main(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt as e:
         print(f"interrupted: {str(e) or 'stopped before the end; files are written whole or not at all'}",
-              file=sys.stderr)
+              file=sys.stderr, flush=True)
         sys.exit(130)
 
 

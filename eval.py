@@ -10,7 +10,9 @@ checkpoint of train.py, or OpenAI's GPT-2 as the reference row.
 The harness owns the tasks, their prompts and their metrics; this script only answers its three kinds
 of request with model.py's GPT: the log-likelihood of a continuation (multiple choice, lambada), of a
 whole text in windows of block_size tokens (perplexity tasks such as wikitext), and greedy generation
-through GPT.generate's KV cache. It prints lm-eval's table and writes out_dir/eval.json.
+through GPT.generate's KV cache. It prints lm-eval's table and writes out_dir/eval.json. The tasks load
+(their data too) before the model; --dry_run=True stops there, having written nothing (ablate.py runs it
+before it trains).
 
 The tasks' data download from the Hugging Face hub on first use. Offline, give a task YAML that reads
 local files through --include_path (README: Evaluation). Under torchrun every process holds the whole
@@ -36,6 +38,7 @@ from model import from_gpt2
 
 try:  # only eval.py needs the harness: its absence is one line in main, and --help still works
     import lm_eval
+    import yaml  # lm-eval's own dependency: its task files are YAML
     from lm_eval.api.model import TemplateLM
     from lm_eval.tasks import TaskManager
     from lm_eval.utils import get_rolling_token_windows, make_disjoint_window, make_table
@@ -54,8 +57,9 @@ include_path = ""  # a folder of task YAMLs to add to lm-eval's own, e.g. a task
 seed = 1234  # lm-eval's seed for choosing few-shot examples
 device = "auto"  # 'cpu', 'cuda', 'cuda:1', 'mps'; auto: cuda when available
 dtype = "auto"  # 'float32', or 'bfloat16' autocast; auto: bfloat16 on CUDA, float32 elsewhere
+dry_run = False  # check the settings, load the tasks (data too) and exit: no model loaded, nothing written
 # --------------------------------------------------------------------------------------------------
-LEAST = dict(limit=1, num_fewshot=0)  # the least values of eval.py's settings
+LEAST = dict(limit=1, num_fewshot=0, batch_size=1, seed=0)  # the least value of each of these settings
 
 class StopGeneration(Exception):
     """Raised from GPT.generate's on_token once the text holds a stop string: generation ends there."""
@@ -198,6 +202,9 @@ class GPTAdapter(TemplateLM):
 
 def check_settings(s):
     """One-line errors for values no evaluation can use, before anything is loaded."""
+    for name, least in LEAST.items():
+        if s[name] is not None and s[name] < least:
+            raise SystemExit(f"error: {name} must be at least {least}, got {s[name]!r}")
     if s["init_from"] == "scratch":
         raise SystemExit("error: eval.py scores a trained model: "
                          "init_from=resume (out_dir's checkpoint) or a GPT-2")
@@ -205,11 +212,31 @@ def check_settings(s):
         raise SystemExit("error: no tasks: give --tasks=hellaswag,piqa,... (lm-eval's names)")
 
 
+def check_task_files(include_path):
+    """lm-eval skips a task YAML it cannot read without a word, and its task is then unknown: name the file
+    and why instead. Its !function tags name Python code, left unread here."""
+    loader = type("TaskYaml", (yaml.SafeLoader,), {})
+    loader.add_multi_constructor("!", lambda *args: None)
+    for path in sorted(Path(include_path).rglob("*.yaml")):
+        try:
+            config = yaml.load(path.read_text(), loader)
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            mark = getattr(e, "problem_mark", None)
+            why = f"{e.problem}, line {mark.line + 1}" if mark else data.first_line(e)
+            raise SystemExit(f"error: {path} is not valid YAML ({why}): fix it, or move it out of "
+                             f"{include_path}")
+        included = config.get("include") if isinstance(config, dict) else None
+        if isinstance(included, str) and not (path.parent / included).is_file():
+            raise SystemExit(f"error: {path} includes {included}, which is not in {path.parent}")
+
+
 def task_manager(include_path, names):
     """The tasks of include_path, and lm-eval's own unless include_path has them all (indexing lm-eval's
     ~15,000 takes seconds); an unknown name is a one-line error with a did-you-mean."""
     if include_path and not os.path.isdir(include_path):
         raise SystemExit(f"error: include_path={include_path} is not a folder of task YAMLs")
+    if include_path:
+        check_task_files(include_path)
     manager = TaskManager(include_path=include_path or None, include_defaults=False) if include_path else None
     if manager is None or not set(names) <= set(manager.all_tasks):
         manager = TaskManager(include_path=include_path or None)
@@ -219,6 +246,25 @@ def task_manager(include_path, names):
             raise SystemExit(f"error: unknown task {name!r}: " + (f"did you mean {guess[0]!r}?" if guess else
                              "`lm-eval ls tasks` lists lm-eval's own; add yours with --include_path=DIR"))
     return manager
+
+
+def load_tasks(manager, names):
+    """lm-eval's Task (or Group) objects for names, their data loaded, before any model is: a task that does
+    not load (its data file missing, the hub out of reach, a template that does not parse) is one line naming
+    it."""
+    loaded = []
+    for name in names:
+        try:
+            found = manager.load([name])
+        except ConnectionError as e:  # a task's data is not in the datasets cache, the hub out of reach
+            raise SystemExit(f"error: task {name!r}: {data.first_line(e)}: offline, point a task YAML at "
+                             "local copies of the data and pass its folder as --include_path=DIR (README: "
+                             "Evaluation)")
+        except Exception as e:  # the task's files and data, read by lm-eval and datasets: whatever they raise
+            raise SystemExit(f"error: task {name!r} does not load: {data.first_line(e)}")
+        inside = {child for children in found["group_map"].values() for child in children}
+        loaded += [item for key, item in (found["groups"] | found["tasks"]).items() if key not in inside]
+    return loaded
 
 
 def headline(metrics):
@@ -237,9 +283,14 @@ def main(argv=None):
     if lm_eval is None:
         raise SystemExit("error: eval.py scores with EleutherAI's lm-evaluation-harness: pip install lm-eval")
     names = [t for t in s["tasks"].split(",") if t]
+    devices.pick_device(s["device"])  # usable, before the tasks take their time to load
+    manager = task_manager(s["include_path"], names)
+    tasks = load_tasks(manager, names)
+    if s["dry_run"]:
+        print(f"dry run: the settings are fine and the tasks load ({', '.join(names)}); nothing was written")
+        return None
     rank, world, device = devices.setup_distributed(s["device"])
     try:
-        manager = task_manager(s["include_path"], names)
         if s["init_from"] == "resume":
             model, meta = checkpoint.load_model(s["out_dir"], device)
         else:
@@ -250,13 +301,9 @@ def main(argv=None):
         dtype = devices.pick_dtype(s["dtype"], device)
         lm = GPTAdapter(model, meta, device, dtype, s["batch_size"], rank, world)
         t0 = time.time()
-        try:
-            results = lm_eval.simple_evaluate(model=lm, tasks=names, num_fewshot=s["num_fewshot"],
-                                              limit=s["limit"], task_manager=manager, bootstrap_iters=1000,
-                                              log_samples=False, fewshot_random_seed=s["seed"])
-        except ConnectionError as e:  # a task's data is not in the datasets cache, the hub out of reach
-            raise SystemExit(f"error: {data.first_line(e)}: offline, point a task YAML at local "
-                             "copies of the data and pass its folder as --include_path=DIR (README: Evaluation)")
+        results = lm_eval.simple_evaluate(model=lm, tasks=tasks, num_fewshot=s["num_fewshot"],
+                                          limit=s["limit"], task_manager=manager, bootstrap_iters=1000,
+                                          log_samples=False, fewshot_random_seed=s["seed"])
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -278,4 +325,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    data.run_cli(main)

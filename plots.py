@@ -1,4 +1,5 @@
-"""An ablation's figures (ablate.py): validation loss, final loss against learning rate, per-block statistics."""
+"""An ablation's figures (ablate.py): validation loss, final loss against learning rate, per-block statistics;
+and results.md's table."""
 import io
 import json
 import math
@@ -194,8 +195,39 @@ LAYER_FIGURES = (  # the key in log.jsonl's layer_stats, the y label, the title
 )
 
 
+def score_cell(score):
+    """An eval task's mean ± std over the seeds (the mean alone for one seed), or — when none was scored."""
+    if score is None:
+        return "—"
+    return f"{score['mean']:.4f}" + (f" ± {score['std']:.4f}" if score["runs"] > 1 else "")
+
+
+def table(groups):
+    """results.md's table: a row per group; a column per eval task, headed by the metric that sums it up."""
+    metrics = {t: s["metric"] for g in groups for t, s in g["tasks"].items()}  # task -> metric, first seen first
+    rows = ["| mode | settings | lr | seeds | final val loss | best val loss | diverged | tokens/s |"
+            + "".join(f" {task} {metric} |" for task, metric in metrics.items()),
+            "|---|---|---|---|---|---|---|---|" + "---|" * len(metrics)]
+    for g in groups:
+        seeds, (mean, std) = g["finished"] + g["diverged"], g["final_val_loss"] or (None, None)
+        final = (("diverged" if g["diverged"] else "failed") if mean is None
+                 else f"{mean:.4f}" + (f" ± {std:.4f}" if g["finished"] > 1 else ""))
+        best = "—" if g["best_val_loss"] is None else f"{g['best_val_loss']:.4f}"
+        diverged = f"{g['diverged']}/{seeds}" if g["diverged"] else "no"
+        speed = "—" if g["tokens_per_s"] is None else f"{g['tokens_per_s']:,.0f}"
+        settings = " ".join(f"{k}={v}" for k, v in g["sweep"].items()) or "—"
+        lr = f"{g['lr']:g}" + (" (3×)" if g["tripled"] else "")
+        scores = "".join(f" {score_cell(g['tasks'].get(task))} |" for task in metrics)
+        rows.append(f"| {g['mode']} | {settings} | {lr} | {seeds} | {final} | {best} | {diverged} | {speed} |"
+                    f"{scores}")
+    return "\n".join(rows)
+
+
 def plot_all(groups, plan, folder):
-    """Every figure the runs allow, into folder; returns their file names."""
+    """Every figure the runs allow, into folder; returns their file names: none when no run finished or
+    diverged (an empty figure would only say so)."""
+    if not any(g["finished"] or g["diverged"] for g in groups):
+        return []
     pngs = ["val_loss.png", "lr.png"]
     with plt.rc_context(HOUSE_STYLE):
         plot_val_loss(groups, plan, folder / "val_loss.png")

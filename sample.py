@@ -25,7 +25,7 @@ import torch
 import checkpoint
 import configurator
 import devices
-from data import first_line, get_tokenizer
+from data import first_line, get_tokenizer, run_cli
 
 # settings: the assignments between the two rulers, read by configurator.py (python sample.py --help)
 # --------------------------------------------------------------------------------------------------
@@ -43,18 +43,16 @@ compile = False  # torch.compile the model: worth it for long samples on a GPU
 stream = False  # print each token as it is generated
 use_cache = True  # keep keys and values (see "Past block_size" above); False: recompute them every token
 # --------------------------------------------------------------------------------------------------
+LEAST = dict(num_samples=1, max_new_tokens=0, temperature=0, top_k=0, seed=0)  # the least value of each
 
 
 def check_settings(s):
     """One-line errors for values no sampler can use, before anything is loaded."""
-    if s["temperature"] < 0:
-        raise SystemExit(f"error: temperature must be >= 0 (0 is greedy), got {s['temperature']}")
-    if s["top_k"] < 0:
-        raise SystemExit(f"error: top_k must be >= 0 (0 keeps every token), got {s['top_k']}")
+    for name, least in LEAST.items():
+        if s[name] < least:
+            raise SystemExit(f"error: {name} must be at least {least}, got {s[name]!r}")
     if not 0 < s["top_p"] <= 1:
         raise SystemExit(f"error: top_p must be in (0, 1] (1.0 keeps every token), got {s['top_p']}")
-    if s["num_samples"] < 1 or s["max_new_tokens"] < 0:
-        raise SystemExit("error: num_samples must be >= 1 and max_new_tokens >= 0")
 
 
 def read_prompt(start):
@@ -128,4 +126,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -14,7 +14,7 @@ import pytest
 import ablate
 import configurator
 import plots
-from conftest import ROOT
+from conftest import ROOT, error_of
 from model import NORM_MODES
 
 TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
@@ -114,6 +114,42 @@ def test_changed_settings_stop_before_reusing_a_finished_run(ablation):
     with pytest.raises(SystemExit, match=r"_lr0.003_s1 was trained with max_iters=10, not 20: delete it"):
         ablate_main(*args, "--max_iters=20")
     assert mtimes(root) == before
+
+
+def test_no_run_that_finished_is_an_error_exit_with_no_empty_figures_and_a_true_header(tmp_path, monkeypatch,
+                                                                                      capsys, recwarn):
+    """Every run failed (here: nothing ran): results.md says so, no figure is drawn (matplotlib's "No artists"
+    warnings and empty PNGs were), the exit is an error naming the runs; the header gives the threads the
+    runs get (OMP_NUM_THREADS when it is set)."""
+    monkeypatch.setattr(ablate, "check_before_training", lambda *args: None)
+    monkeypatch.setattr(ablate, "execute", lambda run, nproc, env, _: (f"ran with {env['OMP_NUM_THREADS']}", 0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    with pytest.raises(SystemExit) as e:
+        ablate.main([f"--out_dir={tmp_path}", "--modes=pre,geonorm", "--lrs=1e-3"])
+    assert str(e.value.code) == ("error: of 2 runs, 2 did not finish (pre_lr0.001_s1337, geonorm_lr0.001_s1337:"
+                                 " see their train.log) and 0 were not evaluated (-: see their eval.log)")
+    printed = capsys.readouterr().out
+    assert "2 runs in" in printed and "3 threads per process (OMP_NUM_THREADS)" in printed
+    assert "ran with 3" in printed
+    assert not list((tmp_path / "ablate").glob("*.png")) and "none finished" in printed
+    assert not [str(w.message) for w in recwarn]
+
+
+@pytest.mark.xfail("dry_run" not in configurator.read_settings(ablate.TRAIN), run=False,
+                   reason="needs train.py dry_run")
+@pytest.mark.parametrize("args, message", [
+    (["--seeds=1,-1"], "pre_lr0.003_s-1: seed must be at least 0"),  # the second run's
+    (["--n_head=3"], "pre_lr0.003_s1: n_embd=32 is not divisible by n_head=3"),
+    (["--nproc=2", "--gradient_accumulation_steps=3"], "pre_lr0.003_s1: 3 micro-batches per step do not split"),
+])
+def test_every_planned_run_is_checked_before_any_starts(args, message, data_dir, tmp_path, monkeypatch):
+    """train.py --dry_run checks each run's settings as one of its nproc processes: a mistake in any planned
+    run is one line before any run starts, and out_dir is as it was."""
+    (tmp_path / "notes.txt").write_text("the user's own")
+    monkeypatch.setattr(ablate, "execute", lambda *args: pytest.fail("a run started"))
+    args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--modes=pre", *args]
+    assert message in error_of(ablate_main, *args)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
 def test_a_diverged_run_is_a_result_not_a_crash(data_dir, tmp_path):

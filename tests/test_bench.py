@@ -1,4 +1,5 @@
-"""bench.py: its JSON report for the modes asked for, compiled and eager steps that train alike, memory per mode."""
+"""bench.py: its JSON report for the modes asked for, compiled and eager steps that train alike, memory per
+mode; the train.py settings it and ablate.py pass on, listed by --help and checked."""
 import gc
 import json
 import os
@@ -8,8 +9,10 @@ import sys
 import pytest
 import torch
 
+import ablate
 import bench
-from conftest import ROOT
+import configurator
+from conftest import ROOT, error_of
 from model import ARCHS, GPT, NORM_MODES
 
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=2", "--sample_tokens=8"]
@@ -58,7 +61,7 @@ def test_bench_rejects_unknown_mode_and_setting():
     result = run_bench("--modes=pre,rmsnorm", "--steps=1", "--compile=off")
     assert result.returncode != 0 and "error: unknown mode(s) rmsnorm" in result.stderr
     result = run_bench("--n_layers=2", "--steps=1", "--compile=off")
-    assert result.returncode != 0 and "did you mean 'n_layer'?" in result.stderr
+    assert result.returncode != 0 and "did you mean --n_layer?" in result.stderr
 
 
 def test_the_vocabulary_is_the_datasets_unless_given():
@@ -88,3 +91,36 @@ def test_bench_reads_its_own_settings_beside_train_pys(capsys):
     with pytest.raises(SystemExit) as exit:
         bench.parse(["--help"])
     assert exit.value.code == 0 and "\nbench_steps = 10  # timed steps per mode\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("parse", [ablate.configure, bench.parse])
+def test_the_train_settings_passed_on_are_listed_guessed_and_the_rest_refused(parse, tmp_path, capsys):
+    """ablate.py passes every train.py setting on to its runs, bench.py those that shape what it measures:
+    --help lists them as train.py has them; a mistyped name is guessed among the script's own first (--mode:
+    --modes, not norm_mode); bench.py refuses, in one line, a train.py setting it would ignore
+    (--parallel=fsdp), and leaves a config file's out with a note."""
+    script = "ablate.py" if parse is ablate.configure else "bench.py"
+    with pytest.raises(SystemExit) as e:
+        parse(["--help"])
+    listed = capsys.readouterr().out
+    passed = configurator.read_settings(bench.TRAIN)
+    passed = passed if script == "ablate.py" else {k: v for k, v in passed.items() if k in bench.MEASURED}
+    assert e.value.code == 0 and len(passed) > 30
+    assert all(f"\n{name} = " in listed or f"\n{name}: " in listed for name in passed)
+    if script == "bench.py":
+        assert "\nparallel = " not in listed and "\nout_dir = " not in listed
+    refused = {"--mode=pre": "unknown setting 'mode' in --mode=pre: did you mean --modes?",
+               "--seed_list=1": "unknown setting 'seed_list' in --seed_list=1: did you mean --seeds?"
+                                if script == "ablate.py" else "did you mean 'seed'?",
+               "--n_layers=2": "unknown setting 'n_layers' in --n_layers=2: did you mean"}
+    if script == "bench.py":
+        refused |= {f"--{name}={value}": f"bench.py does not use {name} (--{name}={value}): it measures"
+                    for name, value in (("parallel", "fsdp"), ("max_iters", 5), ("out_dir", "x"),
+                                        ("norm_mode", "pre"))}
+    for arg, message in refused.items():
+        assert message in error_of(parse, [arg]), arg
+    if script == "bench.py":
+        (tmp_path / "config.py").write_text("parallel = 'fsdp'\nmax_iters = 5\nn_layer = 2\n")
+        assert parse([str(tmp_path / "config.py")])[2].n_layer == 2
+        assert capsys.readouterr().err == ("note: bench.py leaves out max_iters, parallel: settings of a "
+                                           "training run, not of what it measures\n")

@@ -5,19 +5,25 @@ import json
 import math
 import statistics
 import shutil
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 import torch
 from torch.nn import functional as F
 
 import ablate
+import checkpoint
 import data
 import eval as evaluation
 import prepare_data
 import train
-from conftest import ROOT, needs_gpt2, torchrun
+from conftest import ROOT, error_of, needs_gpt2, torchrun
 from model import ARCHS, GPT, NORM_MODES, GPTConfig, from_gpt2
 from checkpoint import load_model
+from test_sample import tree, tripwire
 
 lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
@@ -263,6 +269,98 @@ def test_two_torchrun_processes_share_the_examples_and_score_the_same(evaluated,
 def test_the_hub_out_of_reach_is_one_line_naming_include_path(out_dir, tasks_dir):
     with pytest.raises(SystemExit, match=r"^error: .*no_such_dataset.*offline, .*--include_path=DIR"):
         evaluation.main([f"--out_dir={out_dir}", "--tasks=tiny_hub", f"--include_path={tasks_dir}", "--device=cpu"])
+
+
+# ------------------------------------------------------------------ tasks that cannot load, Ctrl-C
+
+MC = dict(output_type="multiple_choice", doc_to_text="{{question}}", doc_to_choice="{{choices}}",
+          doc_to_target="{{answer}}",
+          metric_list=[dict(metric="acc", aggregation="mean", higher_is_better=True)])
+
+
+def a_mistake(folder, kind):
+    """A folder of task YAMLs with one mistake of this kind, and the task to ask for."""
+    folder.mkdir()
+    write_task(folder, "tiny_mc", MC_DOCS, **MC)
+    if kind == "missing data file":
+        write_task(folder, "tiny_gone", MC_DOCS, **MC)
+        (folder / "tiny_gone.jsonl").unlink()
+        return "tiny_gone", "task 'tiny_gone' does not load: FileNotFoundError: Unable to find"
+    if kind == "broken YAML":
+        (folder / "tiny_broken.yaml").write_text("task: tiny_broken\n  dataset_path: [json\n")
+        return "tiny_mc", (f"{folder / 'tiny_broken.yaml'} is not valid YAML (mapping values are not allowed "
+                           "here, line 2)")
+    if kind == "missing include":
+        (folder / "tiny_incl.yaml").write_text("include: tiny_base.yaml\ntask: tiny_incl\n")
+        return "tiny_incl", f"{folder / 'tiny_incl.yaml'} includes tiny_base.yaml, which is not in {folder}"
+    return "tiny_nosuch", "unknown task 'tiny_nosuch'"
+
+
+@pytest.mark.parametrize("kind, tools", [("missing data file", "eval ablate"), ("broken YAML", "eval"),
+                                         ("missing include", "eval"), ("unknown task", "ablate")])
+def test_a_task_that_cannot_load_is_one_line_before_any_model_or_run(kind, tools, out_dir, tmp_path,
+                                                                      monkeypatch):
+    """eval.py (and its --dry_run, and ablate.py's --eval_tasks, checked by that dry run in a process of its
+    own before any training) names the task or file and its mistake in one line, before it loads a model;
+    nothing is written. (An unknown name goes through ablate.py alone: each look indexes lm-eval's 15,000
+    tasks.)"""
+    name, message = a_mistake(tmp_path / "tasks", kind)
+    before = tree(out_dir)
+    monkeypatch.setattr(checkpoint, "load_model", tripwire)
+    for dry_run in (False, True) if "eval" in tools else ():
+        assert error_of(evaluation.main, [f"--out_dir={out_dir}", f"--tasks={name}", "--device=cpu",
+                                          f"--include_path={tmp_path / 'tasks'}", f"--dry_run={dry_run}"]
+                        ).startswith(f"error: {message}")
+    assert tree(out_dir) == before
+    if "ablate" in tools:
+        monkeypatch.setattr(ablate, "execute", tripwire)
+        with pytest.raises(SystemExit) as e:
+            ablate.main([f"--out_dir={tmp_path / 'out'}", "--modes=pre", f"--eval_tasks=tiny_mc,{name}",
+                         f"--eval_include_path={tmp_path / 'tasks'}"])
+        assert str(e.value.code).startswith(f"error: the eval tasks: {message.removeprefix('error: ')}")
+        assert str(e.value.code).endswith("(nothing has run)") and not (tmp_path / "out").exists()
+
+
+def test_the_dry_run_loads_the_tasks_and_writes_nothing(out_dir, tasks_dir, capsys):
+    before = tree(out_dir)
+    assert evaluation.main([f"--out_dir={out_dir}", "--tasks=tiny_mc,tiny_ll", f"--include_path={tasks_dir}",
+                            "--dry_run=True"]) is None
+    assert "the tasks load (tiny_mc, tiny_ll)" in capsys.readouterr().out and tree(out_dir) == before
+
+
+def test_ctrl_c_while_scoring_is_one_line_and_exit_130(out_dir, tmp_path):
+    """A real SIGINT to python eval.py while lm-eval scores, the deepest stack: once 200 lines of traceback."""
+    (tmp_path / "tasks").mkdir()
+    write_task(tmp_path / "tasks", "tiny_long", MC_DOCS * 150, **MC)  # 3,600 requests, one per batch: seconds
+    (tmp_path / "run").mkdir()
+    shutil.copy(out_dir / "ckpt.pt", tmp_path / "run" / "ckpt.pt")
+    before = tree(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, "eval.py", f"--out_dir={tmp_path / 'run'}", "--tasks=tiny_long",
+                             f"--include_path={tmp_path / 'tasks'}", "--device=cpu", "--batch_size=1"],
+                            cwd=ROOT, stderr=subprocess.PIPE, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    err = b""
+    while err.count(b"scoring") < 2 and proc.poll() is None:  # the bar's second refresh: inside the loop
+        err += os.read(proc.stderr.fileno(), 4096)
+    proc.send_signal(signal.SIGINT)
+    err = (err + proc.stderr.read()).decode()
+    assert proc.wait(60) == 130 and "Traceback" not in err, err
+    assert err.splitlines()[-1] == "interrupted: stopped by Ctrl-C" and tree(tmp_path / "run") == before
+
+
+def test_an_evaluation_that_fails_after_training_makes_the_ablation_an_error(data_dir, tmp_path):
+    """The task loads (the dry run passes), but this character-level model cannot score it: the run trains,
+    its evaluation fails, and ablate.py exits with an error naming it, not 0 with a table lacking the task."""
+    (tmp_path / "tasks").mkdir()
+    write_task(tmp_path / "tasks", "tiny_euro", [dict(question="It costs 5", choices=["€", "$"], answer=0)],
+               **MC)
+    with pytest.raises(SystemExit) as e:
+        ablate.main([f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--max_iters=2", "--modes=pre",
+                     "--eval_interval=2", "--seeds=1", "--eval_tasks=tiny_euro",
+                     f"--eval_include_path={tmp_path / 'tasks'}"])
+    assert str(e.value.code) == ("error: of 1 runs, 0 did not finish (-: see their train.log) and 1 were not "
+                                 "evaluated (pre_lr0.01_s1: see their eval.log)")
+    log = (tmp_path / "ablate" / "pre_lr0.01_s1" / "eval.log").read_text()
+    assert "downstream tasks need a BPE model" in log
 
 
 # ------------------------------------------------------------------------------------ OpenAI's GPT-2

@@ -1,16 +1,24 @@
 """sample.py and GPT.generate: the KV cache gives the no-cache tokens, the window slides past block_size as
-generate's docstring promises, top-k/top-p keep what they should, and every bad input is one line."""
+generate's docstring promises, top-k/top-p keep what they should, and every bad input is one line. Also
+the promises every tool (sample, eval, bench, ablate) keeps alike: a value out of its range, and Ctrl-C,
+end in one line, with every file as it was."""
 import contextlib
+import hashlib
+import runpy
 import subprocess
 import sys
 
 import pytest
 import torch
 
+import ablate
+import bench
+import checkpoint
 import configurator
+import eval as evaluation
 import sample
 import train
-from conftest import ROOT, needs_gpt2
+from conftest import ROOT, error_of, needs_gpt2
 from data import get_tokenizer, load_meta
 from model import ARCHS, GPT, GPTConfig, NORM_MODES, sample_next
 
@@ -320,10 +328,6 @@ def test_corrupt_checkpoint_is_a_one_line_error(tmp_path):
     (["out"], "no config file out; settings are given as --key=value"),  # a bare argument is a config file
     (["--num_samples=two"], "num_samples must be int, got 'two' in --num_samples=two"),
     (["--top_p"], "--top_p needs a value"),
-    (["--temperature=-0.5"], "temperature must be >= 0"),
-    (["--top_k=-1"], "top_k must be >= 0"),
-    (["--top_p=0"], "top_p must be in (0, 1]"),
-    (["--top_p=1.5"], "top_p must be in (0, 1]"),
     (["--dtype=fp8"], "dtype must be one of auto, float32, bfloat16"),
     (["--device=nonsense"], "device 'nonsense' is not usable here"),
     (["--start=FILE:/no/such/file"], "cannot read the prompt file"),
@@ -368,3 +372,111 @@ def test_sample_from_a_checkpoint_written_by_train(tmp_path, data_dir, shakespea
     (text,) = run(folder, f"--start={start}", "--max_new_tokens=50", "--top_k=5", "--top_p=0.9")  # past block_size
     assert text.startswith(start) and len(text) == 8 + 50 and set(text) <= chars
     assert run(folder, *greedy) == run(folder, *greedy, "--use_cache=False")
+
+
+# ---------------------------------------------------------------- every tool: out of range, Ctrl-C
+
+def tree(folder):
+    """{path: sha256} of every file under folder: equal before and after, nothing was written or removed."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def a_run(folder):
+    """out_dir of a trained run, as far as a tool reading it can tell, and a file of the user's beside it."""
+    write_checkpoint(folder)
+    (folder / "notes.txt").write_text("the user's own")
+    return folder
+
+
+def tripwire(*_, **__):
+    raise AssertionError("work began before every setting was checked")
+
+
+TOOLS = dict(sample=sample.main, eval=evaluation.main, bench=bench.main, ablate=ablate.main)
+BENCH_TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=2", "--steps=1",
+              "--compile=off", "--modes=pre"]
+
+
+@pytest.mark.parametrize("tool, arg, message", [
+    ("sample", "--num_samples=0", "num_samples must be at least 1, got 0"),
+    ("sample", "--max_new_tokens=-1", "max_new_tokens must be at least 0, got -1"),
+    ("sample", "--temperature=-0.5", "temperature must be at least 0, got -0.5"),
+    ("sample", "--top_k=-1", "top_k must be at least 0, got -1"),
+    ("sample", "--top_p=0", "top_p must be in (0, 1]"),
+    ("sample", "--top_p=1.5", "top_p must be in (0, 1]"),
+    ("sample", "--seed=-1", "seed must be at least 0, got -1"),
+    ("eval", "--limit=0", "limit must be at least 1, got 0"),
+    ("eval", "--num_fewshot=-1", "num_fewshot must be at least 0, got -1"),
+    ("eval", "--batch_size=0", "batch_size must be at least 1, got 0"),
+    ("eval", "--seed=-1", "seed must be at least 0, got -1"),
+    ("bench", "--sample_tokens=0", "sample_tokens must be at least 1, got 0"),
+    ("bench", "--sample_tokens=-5", "sample_tokens must be at least 1, got -5"),
+    ("bench", "--block_size=8", "block_size=8 leaves no room to sample after the 8-token prompt"),
+    ("bench", "--steps=0", "steps must be at least 1, got 0"),
+    ("bench", "--seed=-1", "seed must be at least 0, got -1"),
+    ("bench", "--beta2=1.0", "betas must be below 1"),
+    ("bench", "--n_head=3", "n_embd=32 is not divisible by n_head=3"),
+    ("ablate", "--jobs=0", "ablate_jobs must be at least 1, got 0"),
+    ("ablate", "--nproc=0", "ablate_nproc must be at least 1, got 0"),
+    ("ablate", "--eval_limit=0", "ablate_eval_limit must be at least 1, got 0"),
+])
+def test_a_value_out_of_its_range_is_one_line_before_anything_is_read_or_written(tool, arg, message, tmp_path,
+                                                                                monkeypatch):
+    """Each tool checks every setting with a natural range before it loads, measures or trains anything."""
+    out = a_run(tmp_path / "out")
+    before = tree(tmp_path)
+    for work in (checkpoint, "load_model"), (bench, "bench_training"), (subprocess, "run"):
+        monkeypatch.setattr(*work, tripwire)
+    args = BENCH_TINY if tool == "bench" else [f"--out_dir={out}", "--device=cpu"]
+    assert message in error_of(TOOLS[tool], [*args, arg])
+    assert tree(tmp_path) == before
+
+
+def interrupt(*_, **__):
+    raise KeyboardInterrupt
+
+
+TASK_YAML = """task: t
+dataset_path: json
+dataset_kwargs: {{data_files: {{test: {data}}}, cache_dir: {cache}}}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{q}}}}"
+doc_to_choice: "{{{{c}}}}"
+doc_to_target: "{{{{a}}}}"
+metric_list: [{{metric: acc, aggregation: mean, higher_is_better: true}}]
+"""
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_ctrl_c_in_any_tool_is_one_line_and_exit_130_with_files_whole(tool, tmp_path, monkeypatch, capsys):
+    """The script run as python TOOL.py, Ctrl-C landing in the middle of its work: sampling, scoring, a
+    training step, a run of the ablation."""
+    out = a_run(tmp_path / "out")
+    args = {"sample": [f"--out_dir={out}", "--device=cpu"], "bench": BENCH_TINY,
+            "ablate": [f"--out_dir={out}", "--modes=pre", "--device=cpu", "--max_iters=1"]}.get(tool)
+    work = {"sample": (GPT, "generate"), "bench": (torch.nn.utils, "clip_grad_norm_"),
+            "ablate": (subprocess, "run")}.get(tool)
+    if tool == "eval":
+        lm_eval = pytest.importorskip("lm_eval")
+        (tmp_path / "t.jsonl").write_text('{"q": "to be", "c": ["a", "b"], "a": 0}\n')
+        (tmp_path / "tasks").mkdir()
+        yaml = TASK_YAML.format(data=tmp_path / "t.jsonl", cache=tmp_path / "cache")
+        (tmp_path / "tasks" / "t.yaml").write_text(yaml)
+        args = [f"--out_dir={out}", "--device=cpu", "--tasks=t", f"--include_path={tmp_path / 'tasks'}"]
+        evaluation.main([*args, "--dry_run=True"])  # datasets caches the task's data: no progress bar below
+        capsys.readouterr()
+        work = lm_eval, "simple_evaluate"
+    monkeypatch.setattr(*work, interrupt)
+    before = tree(out)
+    monkeypatch.setattr(sys, "argv", [f"{tool}.py", *args])
+    with pytest.raises(SystemExit) as e:
+        try:
+            runpy.run_path(str(ROOT / f"{tool}.py"), run_name="__main__")
+        except KeyboardInterrupt:  # escaped: a traceback of the whole stack
+            pytest.fail(f"{tool}.py let Ctrl-C escape as a traceback")
+    err = capsys.readouterr().err
+    assert e.value.code == 130 and "Traceback" not in err
+    assert len(err.splitlines()) == 1 and err.startswith("interrupted"), err
+    assert before.items() <= tree(out).items()  # and what a run had begun to write is its own (train.log)
