@@ -76,7 +76,7 @@ n_kv_head: int | None = None  # key/value heads, fewer for grouped-query attenti
 rope_theta = 10000.0  # llama: the rotary base
 multiple_of = 256  # llama: the SwiGLU width is rounded up to a multiple of this
 ffn_dim_multiplier: float | None = None  # llama: scales the SwiGLU width before rounding; None: 1
-norm_mode = "pre"  # post, pre, deep, sandwich, geonorm or simplenorm
+norm_mode = "pre"  # post, pre, deep, sandwich, geonorm, simplenorm, lns, mixln, reorder, hybrid or ngpt
 norm_eps: float | None = None  # epsilon of the norms; None: the mode's default
 qk_norm = False  # RMSNorm on queries and keys
 geo_alpha = 1.0  # geonorm: base step size a
@@ -86,6 +86,14 @@ geo_radius = "sqrt_d"  # geonorm: the sphere's radius: sqrt_d, or embed (the emb
 geo_max_angle: float | None = None  # geonorm: smooth clamp of the rotation angle (radians); None: off
 sandwich_depth_scaled = False  # sandwich: output-norm gains scaled by 1/sqrt(n_layer)
 gelu_tanh = False  # gpt2: GELU's tanh approximation, as OpenAI's GPT-2 has it (init_from=gpt2 sets it)
+lns_scaled_init = False  # lns: keep the family's depth-scaled init of the output projections (off: 0.02)
+mixln_alpha = 0.25  # mixln: blocks 1..floor(mixln_alpha * n_layer) post-norm, the rest pre-norm
+hybrid_star = False  # hybrid: block 1 a pre-norm block with its QKV-norm (HybridNorm*)
+embed_norm = False  # the family's norm on the embedding (Peri-LN = sandwich + embed_norm)
+norm_type = "norm"  # norm (the family's LayerNorm or RMSNorm) or dyt (Dynamic Tanh in their place)
+dyt_alpha_attn = 0.8  # dyt: initial alpha of the norm before attention
+dyt_alpha_ffn = 0.2  # dyt: initial alpha of the norm before the MLP, the output norms and embed_norm's
+dyt_alpha_final = 0.2  # dyt: initial alpha of the final norm
 # optimizer: AdamW
 learning_rate = 1e-3  # peak learning rate
 max_iters = 2000  # optimizer steps in all
@@ -121,6 +129,8 @@ def configure(argv):
         cfg |= {k: v for k, v in ckpt["config"].items() if k in cfg and k not in given}
     if cfg["parallel"] == "fsdp" and cfg["log_layer_stats"]:
         sys.exit("error: log_layer_stats needs the whole model in one process: use parallel='ddp' for it")
+    if cfg["parallel"] == "fsdp" and cfg["norm_mode"] == "ngpt":  # W_o's, W₂'s columns span the shards
+        sys.exit("error: ngpt with parallel='fsdp' is not supported yet: use parallel='ddp'")
     return types.SimpleNamespace(**cfg), ckpt
 
 
@@ -391,6 +401,8 @@ def main(argv):
                 status = "diverged"
                 break
             optimizer.step()
+            if cfg.norm_mode == "ngpt":  # nGPT: every matrix back onto unit vectors, outside the compiled graph
+                raw_model.normalize_weights()
             optimizer.zero_grad(set_to_none=True)
             step += 1
             if step > first_step + 1:  # this process's first step compiles and warms up: left out of the timing
