@@ -1,6 +1,7 @@
 """README's "Adding a norm mode" holds: its ReZero diff applies to this checkout and the new mode passes every
 test that runs for each mode; with its branch broken (x returned unchanged, or the residual dropped) they
-fail. Each case patches a copy of the repository in tmp_path and runs pytest -k rezero on it in a subprocess."""
+fail. Each case patches a copy of the repository in tmp_path and runs pytest -k rezero on it, in a
+subprocess."""
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ MODE = "rezero"
 BRANCH = "+            return x + lr * f(x)\n"  # the diff's line in Block.join
 BROKEN = {"x unchanged": "+            return x\n", "no residual": "+            return lr * f(x)\n"}
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git apply is needed to apply the README's diff")
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git apply applies the README's diff")
 
 
 def readme_diff():
@@ -32,7 +33,7 @@ def patched_copy(tmp_path, diff):
     copy = tmp_path / "normgpt"
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "data", "out*", "docs", "__pycache__",
                                                               ".*cache"))
-    if (ROOT.parent / "shared").is_dir():  # the data and tokenizer files beside the checkout (tests/conftest.py)
+    if (ROOT.parent / "shared").is_dir():  # data and tokenizer files beside the checkout (tests/conftest.py)
         (tmp_path / "shared").symlink_to(ROOT.parent / "shared")
     subprocess.run(["git", "init", "-q"], cwd=copy, check=True)  # git apply takes paths from the copy's root
     applied = subprocess.run(["git", "apply", "-"], input=diff, cwd=copy, capture_output=True, text=True)
@@ -56,15 +57,15 @@ def test_the_readme_diff_adds_rezero_and_it_passes_every_test_that_runs_for_each
     copy = patched_copy(tmp_path, readme_diff())
     output = pytest_on(copy, MODE, "-v")
     ran = outcomes(output)
-    # the tests that run for each of the modes this checkout has (its NORM_MODES): mode first among their parameters
+    # the tests that run for each mode this checkout has (its NORM_MODES): the mode first among their parameters
     modes = {}
     listed = pytest_on(copy, "", "--collect-only", "-q")
     for test, mode, rest in re.findall(r"^(tests/\S+)\[(\w+)(\S*)$", listed, re.M):
         modes.setdefault((test, rest), set()).add(mode)
-    for_new = {f"{test}[{MODE}{rest}" for (test, rest), ran_for in modes.items() if set(NORM_MODES) <= ran_for}
+    for_new = {f"{test}[{MODE}{rest}" for (test, rest), ran in modes.items() if set(NORM_MODES) <= ran}
     assert len(for_new) > 10 and for_new <= set(ran), f"not run for {MODE}: {for_new - set(ran)}"
     assert set(ran.values()) == {"PASSED"}, output[-3000:]
-    assert any(test.startswith(f"tests/test_model.py::test_{MODE}_") for test in ran), "its own test did not run"
+    assert any(t.startswith(f"tests/test_model.py::test_{MODE}_") for t in ran), "its own test did not run"
 
 
 @pytest.mark.parametrize("broken, fails", [
@@ -75,7 +76,8 @@ def test_a_broken_branch_fails_the_tests_of_every_mode(tmp_path, broken, fails):
     diff = readme_diff()
     assert diff.count(BRANCH) == 1, "README's diff no longer has the branch this test breaks: update BRANCH"
     copy = patched_copy(tmp_path, diff.replace(BRANCH, BROKEN[broken]))
-    # the tests of every mode in test_model.py, less compile (slow, and not what breaks) and the mode's own test
+    # the tests of every mode in test_model.py, less compile (slow, and not what breaks) and the mode's own
     output = pytest_on(copy, f"{MODE} and not compile and not test_{MODE}", "-v", path="tests/test_model.py")
     failed = {test for test, outcome in outcomes(output).items() if outcome == "FAILED"}
-    assert {f"tests/test_model.py::{name}[{MODE}-{arch}]" for name in fails for arch in ARCHS} <= failed, output[-3000:]
+    expected = {f"tests/test_model.py::{name}[{MODE}-{arch}]" for name in fails for arch in ARCHS}
+    assert expected <= failed, output[-3000:]
