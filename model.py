@@ -334,8 +334,8 @@ class Block(nn.Module):
         norm = lambda used, role: family_norm(config, d, role) if used else nn.Identity()
         # ln_1/ln_2 sit before each sub-layer (pre, sandwich, geonorm, lns) or after the add (post, deep);
         # hybrid has ln_2 only, on its stream before the MLP; sandwich and reorder normalize f's output.
-        uses_ln = mode in ("pre", "post", "deep", "sandwich", "lns") or (mode == "geonorm"
-                                                                         and config.geo_input_norm)
+        uses_ln = mode in ("pre", "post", "deep", "sandwich", "lns")
+        uses_ln = uses_ln or mode == "geonorm" and config.geo_input_norm
         self.ln_1, self.ln_2 = norm(uses_ln, "attn"), norm(uses_ln or mode == "hybrid", "ffn")
         out = mode in ("sandwich", "reorder")
         self.ln_1_out, self.ln_2_out = norm(out, "ffn"), norm(out, "ffn")

@@ -26,7 +26,8 @@ MODE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173")
 # The settings that belong to one mode, by their prefix: sweeping one varies only that mode (ablate.py), and
 # a legend names it without the prefix (geonorm alpha=3.0)
-MODE_OF_PREFIX = {"geo_": "geonorm", "sandwich_": "sandwich", "simplenorm_": "simplenorm"}
+MODE_OF_PREFIX = {"geo_": "geonorm", "sandwich_": "sandwich", "simplenorm_": "simplenorm", "lns_": "lns",
+                  "mixln_": "mixln", "hybrid_": "hybrid"}
 PREFIX_OF_MODE = {mode: prefix for prefix, mode in MODE_OF_PREFIX.items()}
 
 

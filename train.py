@@ -129,6 +129,8 @@ def configure(argv):
         cfg |= {k: v for k, v in ckpt["config"].items() if k in cfg and k not in given}
     if cfg["parallel"] == "fsdp" and cfg["log_layer_stats"]:
         sys.exit("error: log_layer_stats needs the whole model in one process: use parallel='ddp' for it")
+    if cfg["parallel"] == "fsdp" and cfg["norm_mode"] == "ngpt":  # W_o's, W₂'s columns span the shards
+        sys.exit("error: ngpt with parallel='fsdp' is not supported yet: use parallel='ddp'")
     return types.SimpleNamespace(**cfg), ckpt
 
 

@@ -1,6 +1,7 @@
-"""docs/modes.md's "Adding a norm mode" holds: its Mix-LN diff applies to this checkout and the new mode passes
-every test that runs for each mode; with its branch broken (x returned unchanged, or the residual dropped) they fail.
-Each case patches a copy of the repository in tmp_path and runs pytest -k mixln on it in a subprocess."""
+"""docs/modes.md's "Adding a norm mode" holds: its ReZero diff applies to this checkout and the new mode passes every
+test that runs for each mode; with its branch broken (x returned unchanged, or the residual dropped) they
+fail. Each case patches a copy of the repository in tmp_path and runs pytest -k rezero on it, in a
+subprocess."""
 import os
 import re
 import shutil
@@ -13,11 +14,11 @@ import pytest
 from model import ARCHS, NORM_MODES
 
 ROOT = Path(__file__).resolve().parents[1]
-BRANCH = "+            return norm(x + f(x)) if self.post else x + f(norm(x))\n"  # the diff's line in Block.join
-BROKEN = {"x unchanged": "+            return x\n",
-          "no residual": "+            return norm(f(x)) if self.post else f(norm(x))\n"}
+MODE = "rezero"
+BRANCH = "+            return x + lr * f(x)\n"  # the diff's line in Block.join
+BROKEN = {"x unchanged": "+            return x\n", "no residual": "+            return lr * f(x)\n"}
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git apply is needed to apply the worked diff")
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git apply applies the worked diff")
 
 
 def worked_diff():
@@ -30,18 +31,19 @@ def worked_diff():
 def patched_copy(tmp_path, diff):
     """A copy of the repository with diff applied."""
     copy = tmp_path / "normgpt"
-    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "data", "out*", "docs", "__pycache__", ".*cache"))
-    if (ROOT.parent / "shared").is_dir():  # the data and tokenizer files beside the checkout (tests/conftest.py)
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "data", "out*", "docs", "__pycache__",
+                                                              ".*cache"))
+    if (ROOT.parent / "shared").is_dir():  # data and tokenizer files beside the checkout (tests/conftest.py)
         (tmp_path / "shared").symlink_to(ROOT.parent / "shared")
     subprocess.run(["git", "init", "-q"], cwd=copy, check=True)  # git apply takes paths from the copy's root
     applied = subprocess.run(["git", "apply", "-"], input=diff, cwd=copy, capture_output=True, text=True)
-    assert applied.returncode == 0, f"docs/modes.md's diff does not apply to this checkout:\n{applied.stderr}"
+    assert applied.returncode == 0, f"the worked diff does not apply to this checkout:\n{applied.stderr}"
     return copy
 
 
 def pytest_on(copy, select, *args, path="tests"):
-    """pytest -k select on the copy's tests but this file's (-k mixln would select these too): the output,
-    which lists each test id with PASSED, FAILED, ERROR or SKIPPED."""
+    """pytest -k select on the copy's tests but this file's: the output, which lists each test id with
+    PASSED, FAILED, ERROR or SKIPPED."""
     return subprocess.run([sys.executable, "-m", "pytest", path, "--ignore=tests/test_add_a_mode.py", "-p",
                            "no:cacheprovider", "-k", select, *args], cwd=copy, capture_output=True, text=True,
                           env=os.environ | {"OMP_NUM_THREADS": "1"}).stdout
@@ -51,29 +53,31 @@ def outcomes(output):
     return dict(re.findall(r"^(tests/\S+) (PASSED|FAILED|ERROR|SKIPPED)", output, re.M))
 
 
-def test_the_worked_diff_adds_mixln_and_it_passes_every_test_that_runs_for_each_mode(tmp_path):
+def test_the_worked_diff_adds_rezero_and_it_passes_every_test_that_runs_for_each_mode(tmp_path):
     copy = patched_copy(tmp_path, worked_diff())
-    output = pytest_on(copy, "mixln", "-v")
+    output = pytest_on(copy, MODE, "-v")
     ran = outcomes(output)
-    # the tests that run for each of the modes this checkout has (its NORM_MODES): mode first among their parameters
+    # the tests that run for each mode this checkout has (its NORM_MODES): the mode first among their parameters
     modes = {}
-    for test, mode, rest in re.findall(r"^(tests/\S+)\[(\w+)(\S*)$", pytest_on(copy, "", "--collect-only", "-q"), re.M):
+    listed = pytest_on(copy, "", "--collect-only", "-q")
+    for test, mode, rest in re.findall(r"^(tests/\S+)\[(\w+)(\S*)$", listed, re.M):
         modes.setdefault((test, rest), set()).add(mode)
-    for_mixln = {f"{test}[mixln{rest}" for (test, rest), ran_for in modes.items() if set(NORM_MODES) <= ran_for}
-    assert len(for_mixln) > 10 and for_mixln <= set(ran), f"not run for mixln: {for_mixln - set(ran)}"
+    for_new = {f"{test}[{MODE}{rest}" for (test, rest), ran in modes.items() if set(NORM_MODES) <= ran}
+    assert len(for_new) > 10 and for_new <= set(ran), f"not run for {MODE}: {for_new - set(ran)}"
     assert set(ran.values()) == {"PASSED"}, output[-3000:]
-    assert "tests/test_model.py::test_mixln_blocks_up_to_alpha_L_are_post_the_rest_pre" in ran
+    assert any(t.startswith(f"tests/test_model.py::test_{MODE}_") for t in ran), "its own test did not run"
 
 
 @pytest.mark.parametrize("broken, fails", [
     ("x unchanged", ["test_every_block_changes_x_through_its_sub_layers", "test_gradients_are_finite"]),
     ("no residual", ["test_every_join_keeps_x_when_its_sub_layer_is_zero"]),
 ])
-def test_a_broken_mixln_branch_fails_the_tests_of_every_mode(tmp_path, broken, fails):
+def test_a_broken_branch_fails_the_tests_of_every_mode(tmp_path, broken, fails):
     diff = worked_diff()
-    assert diff.count(BRANCH) == 1, "docs/modes.md's diff no longer has the branch this test breaks: update BRANCH"
+    assert diff.count(BRANCH) == 1, "the worked diff no longer has the branch this test breaks: update BRANCH"
     copy = patched_copy(tmp_path, diff.replace(BRANCH, BROKEN[broken]))
-    # the tests of every mode in test_model.py, less compile (slow, and not what breaks) and mixln's own test
-    output = pytest_on(copy, "mixln and not compile and not test_mixln", "-v", path="tests/test_model.py")
+    # the tests of every mode in test_model.py, less compile (slow, and not what breaks) and the mode's own
+    output = pytest_on(copy, f"{MODE} and not compile and not test_{MODE}", "-v", path="tests/test_model.py")
     failed = {test for test, outcome in outcomes(output).items() if outcome == "FAILED"}
-    assert {f"tests/test_model.py::{name}[mixln-{arch}]" for name in fails for arch in ARCHS} <= failed, output[-3000:]
+    expected = {f"tests/test_model.py::{name}[{MODE}-{arch}]" for name in fails for arch in ARCHS}
+    assert expected <= failed, output[-3000:]

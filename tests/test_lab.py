@@ -1,6 +1,7 @@
-"""The normalization lab against ../shared/NORM_MODES.md §13: lns, mixln, reorder, hybrid, ngpt and the switches
-embed_norm and norm_type='dyt', one test per property (named after §13's L, M, E, R, H, D and N items), on both
-block families; and each scheme written again here from its authors' equations, giving model.py's logits."""
+"""The normalization lab against ../shared/NORM_MODES.md §13: lns, mixln, reorder, hybrid, ngpt and the
+switches embed_norm and norm_type='dyt', one test per property (named after §13's L, M, E, R, H, D and N
+items), on both block families; and each scheme written again from its authors' equations, giving model.py's
+logits."""
 import math
 
 import pytest
@@ -280,7 +281,7 @@ def test_embed_norm_E3_param_count_adds_one_norm(bias, extra):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_reorder_R1_every_increment_is_standardized(arch):
-    """ε → 0: block 1's attention output is ~1e-8 in mean square at gpt2's init, below any usable ε (§13.3)."""
+    """ε → 0: block 1's attention output is ~1e-8 in mean square at gpt2's init, below any ε (§13.3)."""
     model = build("reorder", arch=arch, norm_eps=1e-24).double()
     x, rope = model.embed(batch(model.config)[0]), rope_rows(model, 32)
     with torch.no_grad():
@@ -359,7 +360,8 @@ def test_hybrid_H5_param_count(bias):
     L, d, hs = 12, 768, 64
     pre = count_params("pre", bias=bias)
     assert count_params("hybrid", bias=bias) == pre - L * d * (1 + bias) + 3 * L * hs
-    assert count_params("hybrid", bias=bias, hybrid_star=True) == count_params("hybrid", bias=bias) + d * (1 + bias)
+    star = count_params("hybrid", bias=bias, hybrid_star=True)
+    assert star == count_params("hybrid", bias=bias) + d * (1 + bias)
 
 
 # ---------------------------------------------------------------- §13.5 norm_type='dyt'
@@ -381,7 +383,8 @@ def test_dyt_D2_alpha_per_role_and_the_embedding_scale(arch):
                   dyt_alpha_ffn=0.3, dyt_alpha_final=0.1)
     block, t = model.transformer.h[0], model.transformer
     assert block.ln_1.alpha.item() == pytest.approx(0.9)
-    assert [n.alpha.item() for n in (block.ln_2, block.ln_1_out, block.ln_2_out, t.ln_emb)] == pytest.approx([0.3] * 4)
+    ffn = (block.ln_2, block.ln_1_out, block.ln_2_out, t.ln_emb)
+    assert [n.alpha.item() for n in ffn] == pytest.approx([0.3] * 4)
     assert t.ln_f.alpha.item() == pytest.approx(0.1)
     assert t.emb_scale.item() == pytest.approx(16.0 if arch == "gpt2" else 0.32)  # √d·0.02/σ_E
 
@@ -432,9 +435,9 @@ def hidden_states(model, idx):
 
 
 def projected(model):
-    """(matrix, its d axis) of §13.6's table: the rows of E, P, the head, c_attn, c_fc, c_up; the columns of both
-    c_proj."""
-    return [(p, 0 if name.endswith("c_proj.weight") else 1) for name, p in model.named_parameters() if p.dim() == 2]
+    """(matrix, its d axis) of §13.6's table: the rows of E, P, the head, c_attn, c_fc, c_up; the columns of
+    both c_proj."""
+    return [(p, 0 if n.endswith("c_proj.weight") else 1) for n, p in model.named_parameters() if p.dim() == 2]
 
 
 def max_norm_error(model):
@@ -456,7 +459,8 @@ def test_ngpt_N1_every_hidden_state_is_a_unit_vector(arch):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_ngpt_N2_every_row_and_column_is_a_unit_vector_after_init(arch):
     model = build("ngpt", arch=arch)
-    assert len(projected(model)) == 3 + model.config.n_layer * (5 if arch == "llama" else 4) - (arch == "llama")
+    per_block = 5 if arch == "llama" else 4  # c_attn, c_proj, c_fc, (c_up,) c_proj
+    assert len(projected(model)) == (2 if arch == "llama" else 3) + model.config.n_layer * per_block
     assert max_norm_error(model) < 1e-6
 
 

@@ -242,11 +242,12 @@ def test_a_tied_head_gives_post_deep_and_geonorm_a_copy_bias_at_gpt2_width():
 
 
 def test_which_of_the_lab_schemes_have_the_copy_bias():
-    """§13.2, §13.3: Mix-LN's post blocks (here α = 0.5 of 2) and pre + embed_norm keep the stream aligned with
-    E[t], as post does (0.37 each); hybrid and reorder do not (measured too: lns, ngpt, DyT below 1e-4, Peri-LN
-    0.0025, its unit-RMS branch outputs diluting E[t]). Untied, none has it (3e-5)."""
+    """§13.2, §13.3: Mix-LN's post blocks (here α = 0.5 of 2) and pre + embed_norm keep the stream aligned
+    with E[t], as post does (0.37 each); hybrid and reorder do not (measured too: lns, ngpt, DyT below 1e-4,
+    Peri-LN 0.0025, its unit-RMS branch outputs diluting E[t]). Untied, none has it (3e-5)."""
     biased = {"mixln": copy_probability("mixln", True, mixln_alpha=0.5),
               "pre+embed_norm": copy_probability("pre", True, embed_norm=True)}
     unbiased = {mode: copy_probability(mode, True) for mode in ("reorder", "hybrid")}
-    assert all(p > 0.3 for p in biased.values()) and all(p < 3e-3 for p in unbiased.values()), (biased, unbiased)
+    assert all(p > 0.3 for p in biased.values()), biased
+    assert all(p < 3e-3 for p in unbiased.values()), unbiased
     assert copy_probability("mixln", False, mixln_alpha=0.5) < 1e-3

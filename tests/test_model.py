@@ -484,7 +484,7 @@ L, D, V = 12, 768, 50304
 EXTRA_PARAMS = {  # over pre's 124,373,760 at GPT-2 small's shape, by §9's and §13's formulas
     "post": -D, "pre": 0, "deep": -D, "sandwich": 2 * L * D, "geonorm": 0, "simplenorm": 7 * L * D,
     "lns": 0, "mixln": 0, "reorder": 0, "hybrid": -L * D + 3 * L * 64,  # hybrid: ln_1 out, q, k, v gains (hs)
-    "ngpt": -(2 * L + 1) * D + L * (2 * D + D + 4 * D) + V + V * D,  # no norms; α_A, α_M, s_qk, s_v; s_z, head
+    "ngpt": -(2 * L + 1) * D + L * (2 * D + D + 4 * D) + V + V * D,  # no norms; α's, s_qk, s_v; s_z; its own head
 }
 
 
@@ -604,7 +604,8 @@ def test_each_mode_learns_a_fixed_batch(mode, arch):
     """80 AdamW steps at lr 3e-3 halve the loss. At 40 steps, checked at seeds 0..9 (model and batch), every
     mode of version 2 ended below 0.26x its first loss on gpt2 (sandwich slowest), below 0.02x on llama; ngpt
     needs 80 (0.64x at 40, 0.39x at 80, seeds 0..2): its logits are cosines times s_z, which grows by about
-    lr·√d a step. At lr 1e-2 gpt2's sandwich oscillates and ends at up to 0.42x: the bound depended on the seed."""
+    lr·√d a step. At lr 1e-2 gpt2's sandwich oscillates and ends at up to 0.42x: the bound depended on the
+    seed."""
     model = build(mode, n_layer=2, arch=arch).train()
     idx, targets = batch(model.config, B=4)
     optimizer = model.configure_optimizers(0.0, 3e-3, (0.9, 0.95), "cpu")
@@ -689,7 +690,8 @@ def test_every_config_field_changes_the_model(field):
 
 
 # The modes whose init is their own, and the test that checks it.
-OWN_INIT = {"deep": "test_deep_P2_init_stds_match_deepnet_table", "lns": "test_lns_L4_init_stds (test_lab.py)",
+OWN_INIT = {"deep": "test_deep_P2_init_stds_match_deepnet_table",
+            "lns": "test_lns_L4_init_stds (test_lab.py)",
             "ngpt": "test_ngpt_N2_every_row_and_column_is_a_unit_vector_after_init (test_lab.py)"}
 
 
@@ -758,7 +760,7 @@ def test_estimate_mfu_of_a_hand_counted_model():
       for mode in ("post", "deep", "mixln", "simplenorm", "ngpt")),
     (dict(norm_mode="hybrid", qk_norm=True), "hybrid normalizes q and k per head already: set qk_norm=False"),
     (dict(norm_mode="ngpt", qk_norm=True), "ngpt normalizes q and k per head already: set qk_norm=False"),
-    *((dict(norm_mode="ngpt", **wrong), "ngpt needs bias=False, embed_norm=False and n_kv_head=None: its rows")
+    *((dict(norm_mode="ngpt", **wrong), "ngpt needs bias=False, embed_norm=False and n_kv_head=None")
       for wrong in (dict(bias=True), dict(embed_norm=True), dict(n_kv_head=2))),
 ])
 def test_invalid_config_raises_one_line_error(overrides, message):
@@ -799,11 +801,13 @@ def test_join_of_an_unknown_mode_is_an_error_not_a_silent_branch():
 def test_from_gpt2_without_transformers_or_the_hub_is_a_one_line_value_error(monkeypatch):
     """from_gpt2 raises; train.py and eval.py print the message as `error: ...` and exit."""
     if importlib.util.find_spec("transformers") is not None:
-        with pytest.raises(ValueError, match=r"^cannot load GPT-2 'normgpt/no-such-gpt2' \(.*\) For a local copy, run "
-                                             r".*save_pretrained\(DIR\) where the hub is reachable, then init_from=DIR$"):
+        with pytest.raises(ValueError, match=r"^cannot load GPT-2 'normgpt/no-such-gpt2' \(.*\) For a "
+                                             r"local copy, run .*save_pretrained\(DIR\) where the hub is "
+                                             r"reachable, then init_from=DIR$"):
             M.from_gpt2("normgpt/no-such-gpt2")  # HF_HUB_OFFLINE (conftest.py): the hub is out of reach
     monkeypatch.setitem(sys.modules, "transformers", None)  # as if not installed
-    with pytest.raises(ValueError, match=r"^OpenAI's GPT-2 weights are read with transformers: pip install transformers$"):
+    with pytest.raises(ValueError, match=r"^OpenAI's GPT-2 weights are read with transformers: "
+                                         r"pip install transformers$"):
         M.from_gpt2("gpt2")
 
 
