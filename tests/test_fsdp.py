@@ -210,6 +210,7 @@ def die(*args, **kwargs):
 
 @pytest.mark.parametrize("moment, first, second, survivor", [
     ("shards written, no .metadata", "fsdp", "fsdp", 1), ("shards written, no checksums", "fsdp", "fsdp", 1),
+    ("ckpt.pt written, no checksums", "ddp", "ddp", 1),
     ("before the link moves", "fsdp", "fsdp", 1), ("link moved, old folder not deleted", "fsdp", "fsdp", 2),
     ("ckpt.pt written, sharded not deleted", "fsdp", "ddp", 2), ("link moved, ckpt.pt not deleted", "ddp", "fsdp", 2),
     ("checksums of the new ckpt.pt recorded, the old one not replaced", "ddp", "ddp", 1)])
@@ -223,7 +224,8 @@ def test_a_kill_during_a_save_leaves_a_whole_checkpoint(data_dir, tmp_path, monk
     if moment.startswith("shards written, no .metadata"):
         monkeypatch.setattr(dcp.FileSystemWriter, "finish", die)
     elif moment.endswith("no checksums"):
-        monkeypatch.setattr(checkpoint, "write_json", lambda path, obj: die() if path.name == "checksums.json" else
+        sums = "checksums.json" if first == "fsdp" else "ckpt.pt.crc32.json"
+        monkeypatch.setattr(checkpoint, "write_json", lambda path, obj: die() if path.name == sums else
                             write_json(path, obj))
     elif moment.startswith("before") or moment.endswith("not replaced"):
         dst = tmp_path / ("ckpt" if moment.startswith("before") else "ckpt.pt")
