@@ -120,6 +120,7 @@ def configure(argv):
     """The settings as a namespace, and the checkpoint to resume from (None from scratch), checked against
     each other. Under torchrun process 0 alone reads every byte of the checkpoint to check it."""
     cfg, given = configurator.parse_settings(argv, __file__, RANGES)
+    checkpoint.check_out_dir(cfg["out_dir"])
     ckpt = None
     if cfg["init_from"] == "resume":
         ckpt = checkpoint.load_checkpoint(cfg["out_dir"], check=os.environ.get("RANK", "0") == "0")
@@ -155,9 +156,8 @@ def load_dataset(cfg, master=None, ckpt=None):
 
 
 def model_config(cfg, meta, ckpt):
-    """The GPTConfig to build, checked: the settings on the checkpoint's vocabulary (padded, or GPT-2's 50257
-    when fine-tuned from OpenAI's), else the dataset's (GPT-2's stands in while pystdlib is to be made). None
-    for OpenAI's GPT-2, whose weights bring their own, on a dataset in GPT-2 BPE."""
+    """The GPTConfig to build, checked, on the checkpoint's vocabulary, else the dataset's (GPT-2's stands in while
+    pystdlib is to be made); None for OpenAI's GPT-2, whose weights bring their own (on a GPT-2 BPE dataset)."""
     if cfg.init_from not in ("scratch", "resume"):
         if meta and meta["tokenizer"] != "gpt2":
             sys.exit(f"error: init_from={cfg.init_from} needs a dataset in GPT-2 BPE, and {cfg.dataset} is by "
