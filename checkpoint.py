@@ -80,12 +80,11 @@ def checksums(paths):
 def verify(path):
     """Check checkpoint path (ckpt.pt, or a sharded folder) against the checksums its save recorded: each file
     there, as long as it was, and the same bytes; else a one-line error naming the file. ckpt.pt may still be
-    the file its save replaced (a kill between the record and the rename), recorded as 'previous'. A
-    checkpoint of an older normgpt has no record: a one-line notice, and it loads unchecked."""
+    the file its save replaced (a kill between the record and the rename), recorded as 'previous'. Returns
+    False for a checkpoint with no record (an older normgpt's), True when checked."""
     record_path, fix = sums_path(path), "copy it again, or delete the checkpoint and train again"
     if not record_path.exists():
-        return print(f"notice: {path} has no checksums ({record_path.name}): saved by an older normgpt, "
-                     "so loaded unchecked", file=sys.stderr)
+        return False
     try:
         record = json.loads(record_path.read_text())
         saved = {name: [entry, record.get("previous", {}).get(name)] for name, entry in record["files"].items()}
@@ -102,17 +101,23 @@ def verify(path):
         if now not in saved[name]:
             sys.exit(f"error: {files[name]} is damaged: its checksum differs from the one recorded at its "
                      f"save ({record_path.name}); {fix}")
+    return True
 
 
 def read_checkpoint(path, check=True):
     """find_checkpoint's path as a dict, after verify (check=False: another process checks it): ckpt.pt's,
     its tensors mapped, not read (the processes of a node share one copy in the page cache), or a sharded
-    checkpoint's run.json with its folder under 'sharded'."""
-    if check:
-        verify(path)
+    checkpoint's run.json with its folder under 'sharded'. One without checksums (an older normgpt's) loads
+    with a one-line notice, once it has loaded: one that does not is one line, its error."""
+    unchecked = check and not verify(path)
     if path.is_dir():
-        return json.loads((path / "run.json").read_text()) | {"sharded": str(path.resolve())}
-    return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        ckpt = json.loads((path / "run.json").read_text()) | {"sharded": str(path.resolve())}
+    else:
+        ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    if unchecked:
+        print(f"notice: {path} has no checksums ({sums_path(path).name}): saved by an older normgpt, so loaded "
+              "unchecked", file=sys.stderr)
+    return ckpt
 
 
 def load_checkpoint(out_dir, check=True):
