@@ -1,10 +1,10 @@
 """The process a script runs in: its device and dtype, its place among torchrun's processes, how a model is
 spread over them (DDP or FSDP2), and the signals that stop it."""
-import contextlib
 import dataclasses
 import os
 import signal
 import sys
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -62,12 +62,12 @@ def accumulation_steps(cfg, world):
                      f"tokens, which do not split over {world} processes: make it a multiple of {tokens * world}")
     elif steps % world:
         sys.exit(f"error: gradient_accumulation_steps={steps} does not split over {world} processes: make it a "
-                 f"multiple of {world}, or leave it unset (None: one micro-batch per process)")
+                 f"multiple of {world}, or None (one micro-batch per process)")
     cfg.gradient_accumulation_steps = steps
     return steps // world
 
 
-@contextlib.contextmanager
+@contextmanager
 def one_voice():
     """Under torchrun every process makes the same checks and fails alike: process 0 alone prints the one-line
     error, and every process exits with status 1."""
@@ -111,7 +111,7 @@ def pick_dtype(dtype, device):
 
 def autocast(device, dtype):
     """The context a forward pass runs in: bf16 autocast, or nothing for float32."""
-    return torch.autocast(torch.device(device).type, torch.bfloat16) if dtype == "bfloat16" else contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, torch.bfloat16) if dtype == "bfloat16" else nullcontext()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -140,7 +140,7 @@ def test_a_check_that_fails_under_torchrun_is_one_line_from_process_0_and_writes
                             capture_output=True, text=True, timeout=300, env=os.environ | {"OMP_NUM_THREADS": "1"})
     assert result.returncode != 0 and result.stdout == ""
     assert result.stderr.count("error: gradient_accumulation_steps=3 does not split over 2 processes: make it a "
-                               "multiple of 2, or leave it unset (None: one micro-batch per process)\n") == 1
+                               "multiple of 2, or None (one micro-batch per process)\n") == 1
     assert result.stderr.count("error: ") == 1 and list(tmp_path.iterdir()) == []
 
 
