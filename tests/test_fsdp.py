@@ -20,7 +20,7 @@ import devices
 import measure
 import sample
 import train
-from conftest import ROOT, torchrun_mains
+from conftest import ROOT, torchrun, torchrun_mains
 from model import GPT, GPTConfig, NORM_MODES
 
 TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
@@ -116,10 +116,8 @@ def test_the_default_accumulation_is_one_micro_batch_per_process_and_is_recorded
 def test_a_check_that_fails_under_torchrun_is_one_line_from_process_0_and_writes_nothing(data_dir, tmp_path):
     """Every process makes the same checks before anything is written: process 0 alone prints the line, the
     others exit 1 silently (unless torchrun stops them first, and then adds its own report of the failure)."""
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             os.path.join(ROOT, "train.py"), f"--data_dir={data_dir}", *TINY, "--parallel=fsdp",
-                             "--gradient_accumulation_steps=3", f"--out_dir={tmp_path / 'out'}"],
-                            capture_output=True, text=True, timeout=300, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    result = torchrun([os.path.join(ROOT, "train.py"), f"--data_dir={data_dir}", *TINY, "--parallel=fsdp",
+                       "--gradient_accumulation_steps=3", f"--out_dir={tmp_path / 'out'}"], timeout=300)
     assert result.returncode != 0 and result.stdout == ""
     assert result.stderr.count("error: gradient_accumulation_steps=3 does not split over 2 processes: make it a "
                                "multiple of 2, or None (one micro-batch per process)\n") == 1
