@@ -8,12 +8,15 @@ Every save records the crc32 of each file of the checkpoint (ckpt.pt.crc32.json 
 in a sharded folder) and every read checks them first: a file missing, cut short or with one byte flipped is a
 one-line error naming it, never a model that trains or samples on garbage.
 """
+import dataclasses
 import json
+import math
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -229,6 +232,33 @@ def restore(model, optimizer, ckpt, out_dir):
                  " resume with the model settings it was trained with")
     for group, hyperparameters in zip(optimizer.param_groups, now):
         group.update(hyperparameters)
+
+
+@dataclasses.dataclass
+class Progress:
+    """Where the run stands: its step, best val loss, the last step whose evaluation is in the log, and the
+    step of its last checkpoint (None: none yet)."""
+    step: int = 0
+    best_val: float = math.inf
+    evaluated: int | None = None
+    saved: int | None = None
+
+    @classmethod
+    def of(cls, ckpt):
+        """A new run's, or the checkpoint's (a stop saves before the evaluation due at its step)."""
+        s = ckpt and ckpt["iter_num"]
+        return cls(s, ckpt["best_val_loss"], s if ckpt.get("evaluated", True) else None, s) if ckpt else cls()
+
+
+def save_run(cfg, proc, raw_model, optimizer, meta, run):
+    """train.py's checkpoint of run's step, from every process (fsdp's save is a collective)."""
+    t0, fields = time.time(), dict(model_args=dataclasses.asdict(raw_model.config), iter_num=run.step,
+                                   evaluated=run.evaluated == run.step, best_val_loss=run.best_val,
+                                   config=vars(cfg), meta=meta)
+    save_checkpoint(Path(cfg.out_dir), raw_model, optimizer, fields, cfg.parallel == "fsdp",
+                               proc.master)
+    run.saved = run.step
+    proc.say(f"checkpoint of step {run.step} saved in {time.time() - t0:.1f} s", flush=True)
 
 
 def save_checkpoint(out_dir, model, optimizer, fields, sharded, master):

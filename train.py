@@ -262,33 +262,6 @@ def evaluate(model, data, cfg, proc):
     return (losses / cfg.eval_iters).tolist()
 
 
-@dataclasses.dataclass
-class Progress:
-    """Where the run stands: its step, best val loss, the last step whose evaluation is in the log, and the
-    step of its last checkpoint (None: none yet)."""
-    step: int = 0
-    best_val: float = math.inf
-    evaluated: int | None = None
-    saved: int | None = None
-
-    @classmethod
-    def of(cls, ckpt):
-        """A new run's, or the checkpoint's (a stop saves before the evaluation due at its step)."""
-        s = ckpt and ckpt["iter_num"]
-        return cls(s, ckpt["best_val_loss"], s if ckpt.get("evaluated", True) else None, s) if ckpt else cls()
-
-
-def save(cfg, proc, raw_model, optimizer, meta, run):
-    """The checkpoint of run's step, from every process (fsdp's save is a collective)."""
-    t0, fields = time.time(), dict(model_args=dataclasses.asdict(raw_model.config), iter_num=run.step,
-                                   evaluated=run.evaluated == run.step, best_val_loss=run.best_val,
-                                   config=vars(cfg), meta=meta)
-    checkpoint.save_checkpoint(Path(cfg.out_dir), raw_model, optimizer, fields, cfg.parallel == "fsdp",
-                               proc.master)
-    run.saved = run.step
-    proc.say(f"checkpoint of step {run.step} saved in {time.time() - t0:.1f} s", flush=True)
-
-
 # --------------------------------------------------------------------------------------------- main
 
 def main(argv):
@@ -305,7 +278,7 @@ def main(argv):
         meta, data = load_dataset(cfg, proc.master, ckpt)
         config = model_config(cfg, meta, ckpt)
     raw_model, train_model, eval_model, optimizer = build_model(cfg, config, ckpt, proc)
-    run, ckpt = Progress.of(ckpt), None  # the model and optimizer hold what they need from the checkpoint
+    run, ckpt = checkpoint.Progress.of(ckpt), None  # the model and optimizer hold what they need from the checkpoint
     if proc.master:  # config.json, atomically: the settings as run (with GPT-2's) and the code's version
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         write_json(Path(cfg.out_dir) / "config.json", dict(config=vars(cfg), **checkpoint.provenance()))
@@ -330,7 +303,7 @@ def main(argv):
                 improved, run.best_val = val_loss < run.best_val, min(run.best_val, val_loss)
                 # saved == step: resumed from a stop's checkpoint, saved before its evaluation; record it now
                 if run.step > 0 and (improved or cfg.always_save_checkpoint or run.saved == run.step):
-                    save(cfg, proc, raw_model, optimizer, meta, run)
+                    checkpoint.save_run(cfg, proc, raw_model, optimizer, meta, run)
             if run.step >= cfg.max_iters:
                 break
 
@@ -364,7 +337,7 @@ def main(argv):
                 break
 
         if status != "diverged" and run.saved != run.step:  # a diverged state is never saved
-            save(cfg, proc, raw_model, optimizer, meta, run)
+            checkpoint.save_run(cfg, proc, raw_model, optimizer, meta, run)
         best = run.best_val if run.best_val < math.inf else None
         log.record("end", status=status, iter=run.step, best_val_loss=best, final_val_loss=val_loss,
                    tokens_per_s=speed.overall(run.step))
