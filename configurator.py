@@ -2,10 +2,11 @@
 The settings reader every script shares: a script's settings, their types, choices and ranges.
 
 A script's settings are the assignments between its two RULER lines, `name = default  # what it does`, read
-from its file as a syntax tree, never run (ablate.py and bench.py read train.py's without importing it); an
-annotation (`float | None`) names the types a setting takes, else the default's does. Config files, then
---key=value arguments, override them in order; an unknown name (with a did-you-mean), a wrong type or a value
-outside its range is a one-line error; --help prints them. GPTConfig.validate checks the model's.
+from its file as a syntax tree, never run: ablate.py and bench.py read train.py's without importing the
+trainer. Defaults are literals; an annotation (`float | None`) names the types a setting takes, else the
+default's type does. Config files (Python assignments), then --key=value arguments, override the defaults in
+order; an unknown name, a wrong type or a value outside the script's own range for it is a one-line error
+(with a did-you-mean); --help prints the script's docstring and settings. GPTConfig.validate checks the model's.
 """
 import ast
 import builtins
@@ -49,14 +50,13 @@ def read_settings(script):
 
 
 def outside(value, bounds):
-    """What value must be if it lies outside bounds (the least value, or an interval as text: "[0, 1)" holds 0,
-    not 1), naming the end it passed; else None. inf and nan lie outside every range."""
+    """What value must be if it lies outside bounds, else None: bounds is the least value, or an interval as
+    text ("[0, 1)" holds 0, not 1). inf and nan lie outside every range."""
     text = bounds if isinstance(bounds, str) else f"[{bounds}, inf)"
-    (low, high), closed = [end.strip() for end in text[1:-1].split(",")], (text[0] == "[", text[-1] == "]")
-    if not (float(low) <= value if closed[0] else float(low) < value):
-        return f"at least {low}" if closed[0] else f"more than {low}"
-    if not (value <= float(high) if closed[1] else value < float(high)):
-        return "finite" if high == "inf" else f"at most {high}" if closed[1] else f"below {high}"
+    low, high = map(float, text[1:-1].split(","))
+    above = low <= value if text[0] == "[" else low < value
+    below = value <= high if text[-1] == "]" else value < high
+    return None if above and below else f"in {text}" if isinstance(bounds, str) else f"at least {bounds}"
 
 
 def checked(name, value, settings, where, ranges=None):

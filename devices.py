@@ -58,12 +58,12 @@ def accumulation_steps(cfg, world):
             sys.exit(f"error: total_batch_size={cfg.total_batch_size} is not a multiple of batch_size * "
                      f"block_size = {tokens}: change one of them")
         if steps % world:
-            sys.exit(f"error: {steps} micro-batches per step (total_batch_size={cfg.total_batch_size}, "
-                     f"{tokens} tokens each) do not split over {world} processes: make it a multiple of "
+            sys.exit(f"error: total_batch_size={cfg.total_batch_size} makes {steps} micro-batches of "
+                     f"{tokens} tokens, which do not split over {world} processes: make it a multiple of "
                      f"{tokens * world}")
     elif steps % world:
-        sys.exit(f"error: {steps} micro-batches per step do not split over {world} processes: make "
-                 f"gradient_accumulation_steps a multiple of {world}, or None (one micro-batch per process)")
+        sys.exit(f"error: gradient_accumulation_steps={steps} does not split over {world} processes: make it a "
+                 f"multiple of {world}, or None (one micro-batch per process)")
     cfg.gradient_accumulation_steps = steps
     return steps // world
 

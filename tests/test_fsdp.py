@@ -142,8 +142,8 @@ def test_a_check_that_fails_under_torchrun_is_one_line_from_process_0_and_writes
     result = subprocess.run([*torchrun, os.path.join(ROOT, "train.py"), *args], capture_output=True,
                             text=True, timeout=300, env=os.environ | {"OMP_NUM_THREADS": "1"})
     assert result.returncode != 0 and result.stdout == ""
-    line = ("error: 3 micro-batches per step do not split over 2 processes: make gradient_accumulation_steps "
-            "a multiple of 2, or None (one micro-batch per process)\n")
+    line = ("error: gradient_accumulation_steps=3 does not split over 2 processes: make it a multiple of 2, "
+            "or None (one micro-batch per process)\n")
     assert result.stderr.count(line) == 1
     assert result.stderr.count("error: ") == 1 and list(tmp_path.iterdir()) == []
 
