@@ -118,8 +118,8 @@ def read_checkpoint(path, check=True):
     else:
         ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     if unchecked:
-        print(f"notice: {path} has no checksums ({sums_path(path).name}): saved by an older normgpt, so loaded "
-              "unchecked", file=sys.stderr)
+        print(f"notice: {path} has no checksums ({sums_path(path).name}): saved by an older normgpt, so "
+              "loaded unchecked", file=sys.stderr)
     return ckpt
 
 
@@ -159,8 +159,9 @@ def check_vocabulary(ckpt, cfg, meta):
     if "meta" in ckpt and vocabulary(ckpt["meta"]) != vocabulary(meta):
         old, was = ckpt["config"].get("dataset"), ckpt["meta"]
         sys.exit(f"error: the checkpoint in {cfg.out_dir} was trained on {old} ({was['tokenizer']}, "
-                 f"{was['vocab_size']} tokens), but {cfg.dataset} has another vocabulary ({meta['tokenizer']}, "
-                 f"{meta['vocab_size']} tokens): its token ids would mean other text; resume with --dataset={old}")
+                 f"{was['vocab_size']} tokens), but {cfg.dataset} has another vocabulary "
+                 f"({meta['tokenizer']}, {meta['vocab_size']} tokens): its token ids would mean other text; "
+                 f"resume with --dataset={old}")
 
 
 def unprefixed(weights):

@@ -58,8 +58,9 @@ def accumulation_steps(cfg, world):
             sys.exit(f"error: total_batch_size={cfg.total_batch_size} is not a multiple of batch_size * "
                      f"block_size = {tokens}: change one of them")
         if steps % world:
-            sys.exit(f"error: total_batch_size={cfg.total_batch_size} makes {steps} micro-batches of {tokens} "
-                     f"tokens, which do not split over {world} processes: make it a multiple of {tokens * world}")
+            sys.exit(f"error: total_batch_size={cfg.total_batch_size} makes {steps} micro-batches of "
+                     f"{tokens} tokens, which do not split over {world} processes: make it a multiple of "
+                     f"{tokens * world}")
     elif steps % world:
         sys.exit(f"error: gradient_accumulation_steps={steps} does not split over {world} processes: make it a "
                  f"multiple of {world}, or None (one micro-batch per process)")
@@ -95,8 +96,8 @@ def setup_distributed(device, backend="auto", group=False):
 
 
 def start(cfg, device, accum):
-    """This process, from train.py's settings cfg and its checked device and accum: its rank among torchrun's (a
-    process group of its own for fsdp), device, dtype, autocast context."""
+    """This process, from train.py's settings cfg and its checked device and accum: its rank among torchrun's
+    (a process group of its own for fsdp), device, dtype, autocast context."""
     rank, world, device = setup_distributed(device, cfg.backend, group=cfg.parallel == "fsdp")
     if device.startswith("cuda"):
         torch.set_float32_matmul_precision("high")  # TF32 matmuls

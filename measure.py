@@ -79,7 +79,8 @@ def banner(model, cfg, world, accum, dtype, device):
     gpu, peak = device_peak_flops(cfg, device)
     return (f"{model.get_num_params() / 1e6:.2f}M parameters on {gpu or device} in {dtype}, "
             f"{cfg.batch_size * cfg.block_size * accum * world:,} tokens per step = {world} process"
-            f"{'es' * (world > 1)} x {accum} micro-batch{'es' * (accum > 1)} x {cfg.batch_size} x {cfg.block_size}"
+            f"{'es' * (world > 1)} x {accum} micro-batch{'es' * (accum > 1)} x {cfg.batch_size} x "
+            f"{cfg.block_size}"
             + (f"; set peak_flops for MFU on a {gpu}" if gpu and not peak else "")
             + "\n" + memory_report(model, cfg, world, dtype, device))
 

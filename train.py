@@ -142,8 +142,8 @@ def configure(argv):
 
 
 def load_dataset(cfg, master=None, ckpt=None):
-    """The dataset's meta.json and each split's shards (paths, token counts), checked against block_size and the
-    checkpoint's vocabulary. pystdlib, the default, is made when missing by the master (offline, in seconds);
+    """The dataset's meta.json and each split's shards (paths, token counts), checked against block_size and
+    the checkpoint's vocabulary. pystdlib, the default, is made when missing by the master (offline, seconds);
     master None, in the checks: not made, (None, None)."""
     folder = Path(cfg.data_dir) / cfg.dataset
     if cfg.dataset == "pystdlib" and master is not None:  # every process waits for the master
@@ -166,8 +166,8 @@ def load_dataset(cfg, master=None, ckpt=None):
 
 
 def model_config(cfg, meta, ckpt):
-    """The GPTConfig to build, checked, on the checkpoint's vocabulary, else the dataset's (GPT-2's stands in while
-    pystdlib is to be made); None for OpenAI's GPT-2, whose weights bring their own (on a GPT-2 BPE dataset)."""
+    """The GPTConfig to build, checked, on the checkpoint's vocabulary or else the dataset's (GPT-2's while
+    pystdlib is to be made); None for OpenAI's GPT-2, whose weights bring their own (on GPT-2 BPE data)."""
     if cfg.init_from not in ("scratch", "resume"):
         if meta and meta["tokenizer"] != "gpt2":
             sys.exit(f"error: init_from={cfg.init_from} needs a dataset in GPT-2 BPE, and {cfg.dataset} is by "
@@ -248,8 +248,8 @@ def train_step(model, data, cfg, proc, step, batch):
 
 @torch.no_grad()
 def evaluate(model, data, cfg, proc):
-    """Mean (train, val) loss over eval_iters fixed batches per split, shared out among the processes, each running
-    as many forward passes (an fsdp forward is a collective): the few past eval_iters are not counted."""
+    """Mean (train, val) loss over eval_iters fixed batches per split, shared out among the processes, each
+    running as many forward passes (an fsdp forward is a collective): those past eval_iters are not counted."""
     losses, rank, world = torch.zeros(2, device=proc.device), proc.rank, proc.world
     for i, split in enumerate(("train", "val")):
         for k in range(rank, world * math.ceil(cfg.eval_iters / world), world):

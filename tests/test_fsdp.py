@@ -78,7 +78,8 @@ def two_processes(data_dir, tmp_path_factory):
              ["--parallel=ddp", "--max_iters=5", f"--out_dir={root / 'ddp_then_fsdp'}"],
              ["--parallel=fsdp", "--max_iters=10", "--init_from=resume", f"--out_dir={root / 'ddp_then_fsdp'}"],
              ["--parallel=fsdp", "--activation_checkpointing=True", f"--out_dir={root / 'fsdp_checkpointed'}"],
-             ["--parallel=fsdp", "--gradient_accumulation_steps=None", "--max_iters=2", f"--out_dir={root / 'default'}"]]
+             ["--parallel=fsdp", "--gradient_accumulation_steps=None", "--max_iters=2",
+              f"--out_dir={root / 'default'}"]]
     result = torchrun_mains([common + ["--max_iters=10"] + r for r in runs], root, timeout=600)
     assert result.stdout.count("= 2 processes x 2 micro-batches x 4 x 32") == len(runs) - 1
     return root
@@ -102,14 +103,15 @@ def test_fsdp_resumes_exactly_from_its_own_and_from_a_ddp_checkpoint(two_process
     assert sorted(p.name for p in (two_processes / "ddp_then_fsdp").iterdir() if p.name.startswith("ckpt")) == \
         ["ckpt", "ckpt-10"]  # the sharded checkpoint replaced ckpt.pt
     shards = sorted(p.name for p in (two_processes / "fsdp_parts" / "ckpt").iterdir())
-    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp", "checksums.json", "run.json"]  # one per process
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp", "checksums.json", "run.json"]
 
 
 def test_the_default_accumulation_is_one_micro_batch_per_process_and_is_recorded(two_processes):
-    """gradient_accumulation_steps=None on 2 processes: 2 micro-batches a step, one each, written to config.json
-    and the checkpoint as 2, so that a resume on any number of processes keeps the tokens per step."""
+    """gradient_accumulation_steps=None on 2 processes: 2 micro-batches a step, one each, written to
+    config.json and the checkpoint as 2: a resume on any number of processes keeps the tokens per step."""
     saved = json.loads((two_processes / "default" / "config.json").read_text())["config"]
-    assert saved["gradient_accumulation_steps"] == 2 and [i for i, _ in losses(two_processes / "default")] == [1, 2]
+    assert saved["gradient_accumulation_steps"] == 2
+    assert [i for i, _ in losses(two_processes / "default")] == [1, 2]
     assert checkpoint.load_checkpoint(two_processes / "default")["config"]["gradient_accumulation_steps"] == 2
 
 
@@ -119,8 +121,9 @@ def test_a_check_that_fails_under_torchrun_is_one_line_from_process_0_and_writes
     result = torchrun([os.path.join(ROOT, "train.py"), f"--data_dir={data_dir}", *TINY, "--parallel=fsdp",
                        "--gradient_accumulation_steps=3", f"--out_dir={tmp_path / 'out'}"], timeout=300)
     assert result.returncode != 0 and result.stdout == ""
-    assert result.stderr.count("error: gradient_accumulation_steps=3 does not split over 2 processes: make it a "
-                               "multiple of 2, or None (one micro-batch per process)\n") == 1
+    line = ("error: gradient_accumulation_steps=3 does not split over 2 processes: make it a multiple of 2, "
+            "or None (one micro-batch per process)\n")
+    assert result.stderr.count(line) == 1
     assert result.stderr.count("error: ") == 1 and list(tmp_path.iterdir()) == []
 
 
@@ -190,12 +193,13 @@ def die(*args, **kwargs):
 
 @pytest.mark.parametrize("moment, first, second, survivor", [
     ("shards written, no .metadata", "fsdp", "fsdp", 1), ("shards written, no checksums", "fsdp", "fsdp", 1),
-    ("ckpt.pt written, no checksums", "ddp", "ddp", 1),
-    ("before the link moves", "fsdp", "fsdp", 1), ("link moved, old folder not deleted", "fsdp", "fsdp", 2),
-    ("ckpt.pt written, sharded not deleted", "fsdp", "ddp", 2), ("link moved, ckpt.pt not deleted", "ddp", "fsdp", 2),
+    ("ckpt.pt written, no checksums", "ddp", "ddp", 1), ("before the link moves", "fsdp", "fsdp", 1),
+    ("link moved, old folder not deleted", "fsdp", "fsdp", 2),
+    ("ckpt.pt written, sharded not deleted", "fsdp", "ddp", 2),
+    ("link moved, ckpt.pt not deleted", "ddp", "fsdp", 2),
     ("checksums of the new ckpt.pt recorded, the old one not replaced", "ddp", "ddp", 1)])
-def test_a_kill_during_a_save_leaves_a_whole_checkpoint(data_dir, tmp_path, monkeypatch, moment, first, second,
-                                                        survivor):
+def test_a_kill_during_a_save_leaves_a_whole_checkpoint(data_dir, tmp_path, monkeypatch, moment, first,
+                                                        second, survivor):
     """Every step saves; the save at step 2 dies at one moment. The checkpoint found then is a whole one, step 1's
     or step 2's, its checksums fit it, and the run resumes from it. Some switch from one kind of checkpoint to
     the other."""

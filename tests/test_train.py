@@ -57,7 +57,8 @@ def command(*args):
 def test_a_tiny_run_learns_and_writes_a_valid_log_and_checkpoint(data_dir, tmp_path, capsys):
     log = run(data_dir, tmp_path, "--max_iters=30", "--learning_rate=1e-2")
     out = capsys.readouterr().out  # one process, one micro-batch, no compiling on a CPU
-    assert "128 tokens per step = 1 process x 1 micro-batch x 4 x 32" in out and "(step 1 untimed: warming up)" in out
+    assert "128 tokens per step = 1 process x 1 micro-batch x 4 x 32" in out
+    assert "(step 1 untimed: warming up)" in out
     evals = [e for e in log if e["event"] == "eval"]
     assert [e["iter"] for e in evals] == [0, 5, 10, 15, 20, 25, 30]
     assert evals[-1]["val_loss"] < evals[0]["val_loss"] - 0.5  # from ~ln(62) = 4.1 to well below
@@ -385,7 +386,7 @@ def test_the_125m_configs_differ_only_in_norm_mode_and_simplenorm_lr():
         assert differ <= {"norm_mode", "out_dir"} | ({"learning_rate", "min_lr"} if m == "simplenorm" else set()), m
     pre = types.SimpleNamespace(**cfgs["pre"])
     assert (pre.n_layer, pre.n_head, pre.n_embd, pre.block_size, pre.max_iters) == (12, 12, 768, 512, 50_000)
-    assert [devices.accumulation_steps(pre, world) for world in (8, 4, 1)] == [1, 2, 8]  # 131,072 tokens per step
+    assert [devices.accumulation_steps(pre, world) for world in (8, 4, 1)] == [1, 2, 8]  # 131,072 tokens
     assert (cfgs["simplenorm"]["learning_rate"], cfgs["simplenorm"]["min_lr"]) == (1.8e-3, 1.8e-4)
 
 
