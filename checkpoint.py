@@ -51,15 +51,6 @@ def find_checkpoint(out_dir):
     return max(found, key=lambda p: p.stat().st_mtime, default=None)
 
 
-def check_out_dir(out_dir):
-    """out_dir can hold a run: a folder, or a path whose nearest existing part is a folder this process may
-    write in; else a one-line error (before a run builds its model and finds out at its first write)."""
-    found = next(p for p in [Path(out_dir).absolute(), *Path(out_dir).absolute().parents] if p.exists())
-    if not (found.is_dir() and os.access(found, os.W_OK | os.X_OK)):
-        sys.exit(f"error: out_dir={out_dir} cannot hold a run: {found} is "
-                 f"{'not writable' if found.is_dir() else 'not a folder'}; choose another out_dir")
-
-
 def sums_path(path):
     """Where the checksums of checkpoint path (ckpt.pt, or a sharded folder) are recorded."""
     return path / SHARDED_SUMS if path.is_dir() else path.with_name(path.name + ".crc32.json")

@@ -37,7 +37,7 @@ import configurator
 import devices
 import measure
 import prepare_data
-from data import GPT2_META, first_line, get_batch, load_meta, write_json
+from data import GPT2_META, check_out_dir, first_line, get_batch, load_meta, run_cli, write_json
 from model import GPT, from_gpt2
 
 # settings: the assignments between the two rulers, read by configurator.py (python train.py --help)
@@ -128,7 +128,7 @@ def configure(argv):
     """The settings as a namespace, and the checkpoint to resume from (None from scratch), checked against
     each other. Under torchrun process 0 alone reads every byte of the checkpoint to check it."""
     cfg, given = configurator.parse_settings(argv, __file__, RANGES)
-    checkpoint.check_out_dir(cfg["out_dir"])
+    check_out_dir(cfg["out_dir"], "out_dir")
     ckpt = None
     if cfg["init_from"] == "resume":
         ckpt = checkpoint.load_checkpoint(cfg["out_dir"], check=os.environ.get("RANK", "0") == "0")
@@ -367,4 +367,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_cli(main)

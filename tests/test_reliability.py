@@ -314,7 +314,7 @@ MISTAKES = {  # what is planted: (arguments, what the one line says); resume=Tru
     "resume: max_iters at the step": (["--max_iters=4", "resume"], "is at step 4 already, and max_iters=4"),
     "resume: a bad setting": (["--beta2=2", "resume"], "beta2 must be in [0, 1)"),
     "resume: the wrong out_dir": (["--out_dir=nowhere", "resume"], "holds no checkpoint"),
-    "an out_dir that is a file": (["--out_dir=run/config.json/x"], "run/config.json/x cannot hold a run: "),
+    "an out_dir that is a file": (["--out_dir=run/config.json/x"], "out_dir run/config.json/x is under "),
 }
 
 
