@@ -95,6 +95,18 @@ def setup_distributed(device, backend="auto", group=False):
     return torch.distributed.get_rank(), torch.distributed.get_world_size(), device
 
 
+FINAL_BARRIER = []  # the work of leave_together's barrier, referenced until the process exits
+
+
+def leave_together():
+    """Wait for every process (one gone while the master still writes can abort the others). The barrier's work
+    stays referenced to the end: were gloo's thread to drop it last, freeing it (and the collectives it waited
+    for) would take the GIL, which the process group's destructor holds while it joins that thread, when DDP is
+    freed at main's return: a hang at exit, once in about 20 runs."""
+    FINAL_BARRIER.append(torch.distributed.barrier(async_op=True))
+    FINAL_BARRIER[-1].wait()
+
+
 def start(cfg, device, accum):
     """This process, from train.py's settings cfg and its checked device and accum: its rank among torchrun's
     (a process group of its own for fsdp), device, dtype, autocast context."""

@@ -341,11 +341,8 @@ def main(argv):
         best = run.best_val if run.best_val < math.inf else None
         log.record("end", status=status, iter=run.step, best_val_loss=best, final_val_loss=val_loss,
                    tokens_per_s=speed.overall(run.step))
-        if proc.world > 1:  # leave together: a process gone while the master still writes can abort the others
-            dist.barrier()
-            # gloo's thread then frees the barrier's work, which takes the GIL: give it the GIL now, before the
-            # process group's destructor joins that thread while holding the GIL (a hang at exit, about 1 in 20)
-            time.sleep(0.1)
+        if proc.world > 1:
+            devices.leave_together()
         if status == "diverged":
             good = run.saved is not None and f"{checkpoint.find_checkpoint(cfg.out_dir)} (step {run.saved})"
             proc.say(f"error: loss {loss}, gradient norm {grad_norm} at step {run.step + 1}; the last good "
