@@ -63,7 +63,8 @@ MEASURED = ({f.name for f in dataclasses.fields(GPTConfig)} - {"vocab_size", "no
             | {"seed", "dataset", "batch_size", "learning_rate", "weight_decay", "beta1", "beta2", "device",
                "dtype", "peak_flops"})
 RANGES = dict(bench_steps=1, bench_sample_tokens=1, batch_size=1, learning_rate=0, weight_decay=0, beta1="[0, 1)",
-              beta2="[0, 1)", seed="[0, 1e19)", peak_flops=0)  # checked by configurator; the model's: GPTConfig
+              beta2="[0, 1)", seed="[0, 1e19)", peak_flops=0,
+              dtype=devices.DTYPES)  # checked by configurator; the model's settings by GPTConfig
 
 
 def help_text():

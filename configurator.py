@@ -21,10 +21,6 @@ from data import padded_vocab
 from model import GPTConfig
 
 RULER = "# " + "-" * 98  # a script's settings are the assignments between the two lines that equal RULER
-GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # OpenAI's GPT-2 sizes (model.from_gpt2)
-CHOICES = dict(init_from=("scratch", "resume", *GPT2_NAMES), lr_schedule=("cosine", "wsd"),
-               backend=("auto", "nccl", "gloo"), dtype=("auto", "float32", "bfloat16"),
-               parallel=("ddp", "fsdp"))  # in any script
 LOCAL_GPT2 = "a folder holding a transformers GPT-2 (save_pretrained)"  # init_from may also be one
 
 
@@ -50,8 +46,10 @@ def read_settings(script):
 
 
 def outside(value, bounds):
-    """What value must be if it lies outside bounds, else None: bounds is the least value, or an interval as
-    text ("[0, 1)" holds 0, not 1). inf and nan lie outside every range."""
+    """What value must be if it lies outside bounds, else None: bounds is the least value, an interval as
+    text ("[0, 1)" holds 0, not 1), or a tuple of the choices. inf and nan lie outside every range."""
+    if isinstance(bounds, tuple):
+        return None if value in bounds else f"one of {', '.join(bounds)}"
     text = bounds if isinstance(bounds, str) else f"[{bounds}, inf)"
     low, high = map(float, text[1:-1].split(","))
     above = low <= value if text[0] == "[" else low < value
@@ -60,8 +58,8 @@ def outside(value, bounds):
 
 
 def checked(name, value, settings, where, ranges=None):
-    """value as setting name's type (an int where a float goes is fine), one of its CHOICES and within
-    ranges[name] (the script's own table of ranges, where it has one), else a one-line error."""
+    """value as setting name's type (an int where a float goes is fine) and within ranges[name] (the script's
+    own table of ranges and choices, where it has one), else a one-line error."""
     if name not in settings:
         guess = difflib.get_close_matches(name, settings, n=1)
         hint = f"did you mean {guess[0]!r}?" if guess else f"python {Path(sys.argv[0]).name} --help lists them all"
@@ -72,11 +70,11 @@ def checked(name, value, settings, where, ranges=None):
     if type(value) not in accepts:  # exactly: True is no int here, nor 1 a bool
         kinds = " or ".join("None" if t is type(None) else t.__name__ for t in accepts)
         sys.exit(f"error: {name} must be {kinds}, got {value!r} in {where}")
-    if value not in CHOICES.get(name, (value,)) and not (name == "init_from" and os.path.isdir(value)):
-        local = f" or {LOCAL_GPT2}" if name == "init_from" else ""
-        sys.exit(f"error: {name} must be one of {', '.join(CHOICES[name])}{local}, got {value!r} in {where}")
+    if name == "init_from" and os.path.isdir(value):  # a local GPT-2 beside the named choices
+        return value
     if value is not None and name in (ranges or {}) and (bounds := outside(value, ranges[name])):
-        sys.exit(f"error: {name} must be {bounds}, got {value!r} in {where}")
+        local = f" or {LOCAL_GPT2}" if name == "init_from" else ""
+        sys.exit(f"error: {name} must be {bounds}{local}, got {value!r} in {where}")
     return value
 
 

@@ -14,6 +14,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from data import first_line
 
+DTYPES = ("auto", "float32", "bfloat16")  # the dtype setting's choices; auto: bfloat16 on CUDA, else float32
+
 
 def pick_device(device):
     """The device setting ('auto': cuda when available), checked to be usable here. Under torchrun a GPU

@@ -34,7 +34,7 @@ import checkpoint
 import configurator
 import data
 import devices
-from model import from_gpt2
+from model import GPT2_NAMES, from_gpt2
 
 try:  # only eval.py needs the harness: its absence is one line in main, and --help still works
     import lm_eval
@@ -59,7 +59,8 @@ device = "auto"  # 'cpu', 'cuda', 'cuda:1', 'mps'; auto: cuda when available
 dtype = "auto"  # 'float32', or 'bfloat16' autocast; auto: bfloat16 on CUDA, float32 elsewhere
 dry_run = False  # check the settings, load the tasks (data too) and exit: no model loaded, nothing written
 # --------------------------------------------------------------------------------------------------
-RANGES = dict(limit=1, num_fewshot=0, batch_size=1, seed="[0, 1e19)")  # checked by configurator
+RANGES = dict(limit=1, num_fewshot=0, batch_size=1, seed="[0, 1e19)", init_from=("scratch", "resume", *GPT2_NAMES),
+              dtype=devices.DTYPES)  # checked by configurator
 
 class StopGeneration(Exception):
     """Raised from GPT.generate's on_token once the text holds a stop string: generation ends there."""

@@ -43,7 +43,8 @@ compile = False  # torch.compile the model: worth it for long samples on a GPU
 stream = False  # print each token as it is generated
 use_cache = True  # keep keys and values (see "Past block_size" above); False: recompute them every token
 # --------------------------------------------------------------------------------------------------
-RANGES = dict(num_samples=1, max_new_tokens=0, temperature=0, top_k=0, top_p="(0, 1]", seed="[0, 1e19)")  # configurator
+RANGES = dict(num_samples=1, max_new_tokens=0, temperature=0, top_k=0, top_p="(0, 1]", seed="[0, 1e19)",
+              dtype=devices.DTYPES)  # checked by configurator
 
 
 def read_prompt(start):

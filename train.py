@@ -38,7 +38,7 @@ import devices
 import measure
 import prepare_data
 from data import GPT2_META, check_out_dir, first_line, get_batch, load_meta, run_cli, write_json
-from model import GPT, from_gpt2
+from model import GPT, GPT2_NAMES, from_gpt2
 
 # settings: the assignments between the two rulers, read by configurator.py (python train.py --help)
 # --------------------------------------------------------------------------------------------------
@@ -119,7 +119,8 @@ dry_run = False  # check the settings, data and checkpoint, print the plan and e
 RANGES = dict(batch_size=1, gradient_accumulation_steps=1, eval_interval=1, eval_iters=1, log_interval=1,
               max_iters=0, warmup_iters=0, lr_decay_iters=0, total_batch_size=0, learning_rate=0, min_lr=0,
               weight_decay=0, grad_clip=0, peak_flops=0, seed="[0, 1e19)", beta1="[0, 1)", beta2="[0, 1)",
-              wsd_decay_frac="[0, 1]")  # seed: torch takes at most 2**64 - 1
+              wsd_decay_frac="[0, 1]", init_from=("scratch", "resume", *GPT2_NAMES), lr_schedule=("cosine", "wsd"),
+              backend=("auto", "nccl", "gloo"), dtype=devices.DTYPES, parallel=("ddp", "fsdp"))  # seed: at most 2**64 - 1
 
 
 # ------------------------------------------------------------------------------- settings and checks
