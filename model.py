@@ -41,7 +41,6 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 ARCHS = ("gpt2", "llama")
-GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # OpenAI's GPT-2 sizes, for from_gpt2
 NORM_MODES = ("post", "pre", "deep", "sandwich", "geonorm", "simplenorm",  # version 2's, then §13's
               "lns", "mixln", "reorder", "hybrid", "ngpt")
 NORM_TYPES = ("norm", "dyt")  # the family's LayerNorm or RMSNorm, or Dynamic Tanh
@@ -535,6 +534,9 @@ class GPT(nn.Module):
         finally:
             self.enable_kv_cache(False)
         return idx
+
+
+GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # OpenAI's GPT-2 sizes, by name
 
 
 def from_gpt2(source, block_size=None, dropout=0.0):
