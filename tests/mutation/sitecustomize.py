@@ -38,7 +38,8 @@ def follow_scripts():
             function.__module__ = module  # the trampoline compares this with MUTANT_UNDER_TEST's module
 
             def rename_original():  # the stats run records the original's module (in mutants once called)
-                mutants["_mutmut_orig"].__module__ = module
+                original = mutants["_mutmut_orig"]
+                getattr(original, "__func__", original).__module__ = module  # a classmethod's is bound
 
             if inspect.isgeneratorfunction(wrapper):
                 @functools.wraps(wrapper)
