@@ -59,12 +59,45 @@ def stats_run():
 _seconds = None  # in the stats run: {test id: its setup + call + teardown}
 
 
+def quiet_while_compiling():
+    """The stats run's bookkeeping in each trampoline (a ContextVar, a set) stops torch.compile(fullgraph=True),
+    as a graph break does: it is skipped while dynamo traces (the same test's eager calls are recorded)."""
+    import torch
+    from mutmut.core import MutmutCallStack
+    from mutmut.mutation import trampoline
+    if getattr(trampoline, "quiet_while_compiling", False):
+        return
+    compiling, record = torch.compiler.is_compiling, trampoline.record_trampoline_hit
+
+    class CallStack(MutmutCallStack):
+        @classmethod
+        def get(cls):
+            return (None, 0) if compiling() else MutmutCallStack.get()
+
+        @classmethod
+        def set(cls, value):
+            return None if compiling() else MutmutCallStack.set(value)
+
+        @classmethod
+        def reset(cls, token):
+            if token is not None:
+                MutmutCallStack.reset(token)
+
+    def record_hit(name, caller=None):
+        if not compiling():
+            record(name, caller=caller)
+
+    trampoline.MutmutCallStack, trampoline.record_trampoline_hit = CallStack, record_hit
+    trampoline.quiet_while_compiling = True
+
+
 def pytest_configure(config):
     global _seconds
     conftest = sys.modules.get("conftest")
     if conftest is not None and not conftest.SHARED.is_dir() and SHARED.is_dir():
         conftest.SHARED = SHARED
     if stats_run():
+        quiet_while_compiling()
         os.environ[hooks.STATS_DIR] = tempfile.mkdtemp(prefix="mutmut-stats-")
         _seconds = {}
 
