@@ -69,8 +69,9 @@ torch._dynamo.config.recompile_limit = 64
 MEASURED = ({f.name for f in dataclasses.fields(GPTConfig)} - {"vocab_size", "norm_mode"}
             | {"seed", "dataset", "batch_size", "learning_rate", "weight_decay", "beta1", "beta2", "device",
                "dtype", "peak_flops"})
-LEAST = dict(bench_steps=1, bench_sample_tokens=1, batch_size=1, learning_rate=0, weight_decay=0, beta1=0,
-             beta2=0, seed=0, peak_flops=0)  # the least value of each; the model's: GPTConfig.validate
+RANGES = dict(bench_steps=1, bench_sample_tokens=1, batch_size=1, learning_rate=0, weight_decay=0, beta1="[0, 1)",
+              beta2="[0, 1)", seed="[0, 1e19)", peak_flops=0,
+              dtype=devices.DTYPES)  # checked by configurator; the model's settings by GPTConfig
 
 
 def help_text():
@@ -106,15 +107,10 @@ def parse(argv):
     if "--help" in argv or "-h" in argv:
         configurator.print_help(help_text())
     check_names(argv)
-    cfg, given = configurator.parse_settings(argv, __file__, None, TRAIN, "bench_")
+    cfg, given = configurator.parse_settings(argv, __file__, RANGES, TRAIN, "bench_")
     if left_out := sorted(set(given) - MEASURED - set(configurator.read_settings(__file__))):  # from a config
         print(f"note: bench.py leaves out {', '.join(left_out)}: settings of a training run, not of what it "
               "measures", file=sys.stderr)
-    for name, least in LEAST.items():
-        if cfg[name] < least:
-            sys.exit(f"error: {name.removeprefix('bench_')} must be at least {least}, got {cfg[name]!r}")
-    if cfg["beta1"] >= 1 or cfg["beta2"] >= 1:
-        sys.exit(f"error: AdamW's betas must be below 1, got beta1={cfg['beta1']}, beta2={cfg['beta2']}")
     if cfg["block_size"] <= PROMPT:
         sys.exit(f"error: block_size={cfg['block_size']} leaves no room to sample after the {PROMPT}-token "
                  f"prompt: give at least {PROMPT + 1}")

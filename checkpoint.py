@@ -3,14 +3,23 @@ A run's files in out_dir: its checkpoint, whole (ckpt.pt) or sharded (the link c
 log.jsonl and config.json's provenance. train.py writes them; sample.py and eval.py take the trained model
 from load_model, ablate.py reads the rest, none of them importing the trainer. This is the one place that
 knows the two checkpoint formats.
+
+Every save records the crc32 of each file of the checkpoint (ckpt.pt.crc32.json beside ckpt.pt, checksums.json
+in a sharded folder) and every read checks them first: a file missing, cut short or with one byte flipped is a
+one-line error naming it, never a model that trains or samples on garbage.
 """
+import dataclasses
 import json
+import math
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 import warnings
+import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -21,38 +30,129 @@ import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
                                                      get_state_dict, set_state_dict)
 
-from data import atomic_write, first_line
+from data import atomic_write, first_line, write_json
 from model import GPT, GPTConfig
 
 warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP read by one process: meant
+CHUNK = 64 * 2**20  # bytes per crc32: a pool of threads sums a file's chunks at once (zlib frees the GIL)
+SHARDED_SUMS = "checksums.json"  # a sharded checkpoint's checksums, in its folder
+MAY_CHANGE = ("dropout",)  # the model settings a resume may set anew: they change the training, not the model
 
 
 def find_checkpoint(out_dir):
     """The checkpoint train.py left in out_dir, None if none: ckpt.pt (whole), or ckpt, a link to the folder
-    ckpt-STEP of a sharded one. Both are there only after a crash while one replaced the other: the newer."""
-    found = [p for p in (Path(out_dir) / "ckpt.pt", Path(out_dir) / "ckpt") if p.exists()]
+    ckpt-STEP of a sharded one. Both are there only after a crash while one replaced the other: the newer.
+    A link whose folder is gone is a one-line error (train.py deletes a link before its folder)."""
+    link = Path(out_dir) / "ckpt"
+    if link.is_symlink() and not link.exists():
+        sys.exit(f"error: {link} is a dangling link: the folder it points at, {os.readlink(link)}, is gone; "
+                 "put the folder back, or delete the link")
+    found = [p for p in (Path(out_dir) / "ckpt.pt", link) if p.exists()]
     return max(found, key=lambda p: p.stat().st_mtime, default=None)
 
 
-def read_checkpoint(path):
-    """find_checkpoint's path as a dict: ckpt.pt's, its tensors mapped, not read (the processes of a node
-    share one copy in the page cache), or a sharded checkpoint's run.json with its folder under 'sharded'."""
+def sums_path(path):
+    """Where the checksums of checkpoint path (ckpt.pt, or a sharded folder) are recorded."""
+    return path / SHARDED_SUMS if path.is_dir() else path.with_name(path.name + ".crc32.json")
+
+
+def checksums(paths):
+    """{path's name: {bytes, crc32: a crc32 per CHUNK}} of each file in paths, summed by a pool of threads."""
+    def crc(job):
+        with open(job[0], "rb") as f:
+            f.seek(job[1])
+            return zlib.crc32(f.read(CHUNK))
+
+    sizes = {path: path.stat().st_size for path in paths}
+    jobs = [(path, at) for path, size in sizes.items() for at in range(0, max(size, 1), CHUNK)]
+    with ThreadPoolExecutor(min(32, os.cpu_count() or 1)) as pool:
+        sums = list(pool.map(crc, jobs))
+    return {path.name: dict(bytes=size, crc32=[s for (p, _), s in zip(jobs, sums) if p == path])
+            for path, size in sizes.items()}
+
+
+def verify(path):
+    """Check checkpoint path (ckpt.pt, or a sharded folder) against the checksums its save recorded: each file
+    there, as long as it was, and the same bytes; else a one-line error naming the file. ckpt.pt may still be
+    the file its save replaced (a kill between the record and the rename), recorded as 'previous'. Returns
+    False for a checkpoint with no record (an older normgpt's), True when checked."""
+    record_path, fix = sums_path(path), "copy it again, or delete the checkpoint and train again"
+    if not record_path.exists():
+        return False
+    try:
+        record = json.loads(record_path.read_text())
+        saved = {name: [entry, record.get("previous", {}).get(name)] for name, entry in record["files"].items()}
+    except (ValueError, KeyError, AttributeError) as e:
+        sys.exit(f"error: {record_path} is not a checksum record ({first_line(e)}): {fix}")
+    files = {name: (path if name == path.name else path / name) for name in saved}
+    for name, file in files.items():  # sizes first: a missing or cut file is named before anything is read
+        if not file.exists():
+            sys.exit(f"error: {file} is missing from the checkpoint ({record_path.name} lists it): {fix}")
+        if file.stat().st_size not in [v["bytes"] for v in saved[name] if v]:
+            sys.exit(f"error: {file} has {file.stat().st_size} bytes, {saved[name][0]['bytes']} when saved: "
+                     f"it is cut short or damaged; {fix}")
+    for name, now in checksums(list(files.values())).items():
+        if now not in saved[name]:
+            sys.exit(f"error: {files[name]} is damaged: its checksum differs from the one recorded at its "
+                     f"save ({record_path.name}); {fix}")
+    return True
+
+
+def read_checkpoint(path, check=True):
+    """find_checkpoint's path as a dict, after verify (check=False: another process checks it): ckpt.pt's,
+    its tensors mapped, not read (the processes of a node share one copy in the page cache), or a sharded
+    checkpoint's run.json with its folder under 'sharded'. One without checksums (an older normgpt's) loads
+    with a one-line notice, once it has loaded: one that does not is one line, its error."""
+    unchecked = check and not verify(path)
     if path.is_dir():
-        return json.loads((path / "run.json").read_text()) | {"sharded": str(path.resolve())}
-    return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        ckpt = json.loads((path / "run.json").read_text()) | {"sharded": str(path.resolve())}
+    else:
+        ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    if unchecked:
+        print(f"notice: {path} has no checksums ({sums_path(path).name}): saved by an older normgpt, so "
+              "loaded unchecked", file=sys.stderr)
+    return ckpt
 
 
-def load_checkpoint(out_dir):
+def load_checkpoint(out_dir, check=True):
     """out_dir's checkpoint (read_checkpoint's dict) for init_from='resume', else a one-line error."""
     path = find_checkpoint(out_dir)
     if path is None:
         sys.exit(f"error: init_from='resume' but {out_dir} holds no checkpoint (ckpt.pt or ckpt/): "
                  "set out_dir, or train from scratch first")
     try:
-        return read_checkpoint(path)
+        return read_checkpoint(path, check)
     except Exception as e:
         sys.exit(f"error: cannot load {path} ({type(e).__name__}): "
                  "delete it and train with init_from='scratch'")
+
+
+def check_resume(ckpt, given, cfg):
+    """A resume goes on with the checkpoint's model and has work left: a model setting given other than the
+    checkpoint's (but those in MAY_CHANGE), or no step to train nor evaluation or end to record, is a one-line
+    error."""
+    where, model_args = f"the checkpoint in {cfg.out_dir}", ckpt["model_args"]
+    for name, value in given.items():
+        if name in model_args and name not in MAY_CHANGE and value != model_args[name]:
+            sys.exit(f"error: {name}={value!r}, but {where} has {name}={model_args[name]!r}: a resume goes on "
+                     f"with the checkpoint's model; drop --{name}, or train a new one in another out_dir")
+    step, events = ckpt["iter_num"], read_events(Path(cfg.out_dir) / "log.jsonl")[-1:]
+    ended = ckpt.get("evaluated", True) and [e["event"] for e in events] == ["end"]  # else the resume ends it
+    if cfg.max_iters < step or (cfg.max_iters == step and ended):
+        sys.exit(f"error: nothing to train: {where} is at step {step} already, and max_iters={cfg.max_iters}: "
+                 f"give a max_iters above {step} to go on")
+
+
+def check_vocabulary(ckpt, cfg, meta):
+    """A resume reads its tokens as the checkpoint's model learned them: a dataset with another vocabulary
+    (meta.json) is a one-line error naming both datasets."""
+    vocabulary = lambda m: {k: m.get(k) for k in ("tokenizer", "vocab_size", "eot_token", "chars")}
+    if "meta" in ckpt and vocabulary(ckpt["meta"]) != vocabulary(meta):
+        old, was = ckpt["config"].get("dataset"), ckpt["meta"]
+        sys.exit(f"error: the checkpoint in {cfg.out_dir} was trained on {old} ({was['tokenizer']}, "
+                 f"{was['vocab_size']} tokens), but {cfg.dataset} has another vocabulary "
+                 f"({meta['tokenizer']}, {meta['vocab_size']} tokens): its token ids would mean other text; "
+                 f"resume with --dataset={old}")
 
 
 def unprefixed(weights):
@@ -81,7 +181,7 @@ def load_model(out_dir, device):
         raise SystemExit(f"error: no checkpoint in {out_dir} (ckpt.pt or ckpt/); "
                          "train.py writes one when it evaluates")
     try:
-        ckpt = read_checkpoint(path)
+        ckpt = read_checkpoint(path)  # verified first: a file missing or damaged is named
     except Exception as e:
         raise SystemExit(f"error: {path} is not a readable checkpoint ({first_line(e)}); "
                          f"it may be truncated or from elsewhere: train again or copy it again")
@@ -126,36 +226,72 @@ def restore(model, optimizer, ckpt, out_dir):
         group.update(hyperparameters)
 
 
+@dataclasses.dataclass
+class Progress:
+    """Where the run stands: its step, best val loss, the last step whose evaluation is in the log, and the
+    step of its last checkpoint (None: none yet)."""
+    step: int = 0
+    best_val: float = math.inf
+    evaluated: int | None = None
+    saved: int | None = None
+
+    @classmethod
+    def of(cls, ckpt):
+        """A new run's, or the checkpoint's (a stop saves before the evaluation due at its step)."""
+        s = ckpt and ckpt["iter_num"]
+        return cls(s, ckpt["best_val_loss"], s if ckpt.get("evaluated", True) else None, s) if ckpt else cls()
+
+
+def save_run(cfg, proc, raw_model, optimizer, meta, run):
+    """train.py's checkpoint of run's step, from every process (fsdp's save is a collective)."""
+    t0, fields = time.time(), dict(model_args=dataclasses.asdict(raw_model.config), iter_num=run.step,
+                                   evaluated=run.evaluated == run.step, best_val_loss=run.best_val,
+                                   config=vars(cfg), meta=meta)
+    save_checkpoint(Path(cfg.out_dir), raw_model, optimizer, fields, cfg.parallel == "fsdp",
+                               proc.master)
+    run.saved = run.step
+    proc.say(f"checkpoint of step {run.step} saved in {time.time() - t0:.1f} s", flush=True)
+
+
 def save_checkpoint(out_dir, model, optimizer, fields, sharded, master):
-    """Whole (ddp): the master torch.saves ckpt.pt to a temporary file, fsyncs and renames it; the optimizer
-    state is keyed by parameter name, as fsdp's, so either kind resumes under the other. Sharded (fsdp):
-    with torch.distributed.checkpoint every process writes its own shards into out_dir/ckpt-STEP/ (none
-    gathers the whole state), the master adds run.json (fields) and points the link out_dir/ckpt at the
-    folder by one atomic rename. A kill at any moment leaves a whole checkpoint, the old or the new; then
-    the rest go."""
+    """Whole (ddp): the master torch.saves ckpt.pt to a temporary file, fsyncs it, records its checksums, then
+    renames it; the optimizer state is keyed by parameter name, as fsdp's, so either kind resumes under the
+    other. Sharded (fsdp): with torch.distributed.checkpoint every process writes its own shards into
+    out_dir/ckpt-STEP/ (none gathers the whole state), the master adds run.json and the checksums of every
+    file and points the link out_dir/ckpt at the folder by one atomic rename. A kill at any moment leaves a
+    whole checkpoint, the old or the new, with its checksums; then the rest go."""
     if sharded:
         folder = out_dir / f"ckpt-{fields['iter_num']}"  # left by a save cut short? DCP overwrites it
         dcp.save(dict(zip(("model", "optimizer"), get_state_dict(model, optimizer))), checkpoint_id=folder)
         if master:  # every process's shards and DCP's .metadata, written last, are in the folder
             (folder / "run.json").write_text(json.dumps(fields))
+            files = sorted(p for p in folder.iterdir() if p.name != SHARDED_SUMS)
+            write_json(folder / SHARDED_SUMS, dict(files=checksums(files)))
             (out_dir / "ckpt.tmp").unlink(missing_ok=True)
             (out_dir / "ckpt.tmp").symlink_to(folder.name)  # relative: out_dir can move
             os.replace(out_dir / "ckpt.tmp", out_dir / "ckpt")
             remove_checkpoints(out_dir, keep={"ckpt", folder.name})
     elif master:
-        tmp, optimizer_state = out_dir / "ckpt.pt.tmp", get_optimizer_state_dict(model, optimizer)
+        path, optimizer_state = out_dir / "ckpt.pt", get_optimizer_state_dict(model, optimizer)
+        tmp = out_dir / "ckpt.pt.tmp"
         with open(tmp, "wb") as f:
             torch.save(dict(model=model.state_dict(), optimizer=optimizer_state, **fields), f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, out_dir / "ckpt.pt")
-        remove_checkpoints(out_dir, keep={"ckpt.pt"})
+        record = dict(files={path.name: checksums([tmp])[tmp.name]})
+        if path.exists() and sums_path(path).exists():  # until the rename, ckpt.pt is still the old file
+            record["previous"] = json.loads(sums_path(path).read_text())["files"]
+        write_json(sums_path(path), record)
+        os.replace(tmp, path)
+        remove_checkpoints(out_dir, keep={path.name, sums_path(path).name})
 
 
 def remove_checkpoints(out_dir, keep):
-    """Delete out_dir's checkpoints not named in keep: ckpt.pt, the link ckpt, then the folders ckpt-STEP (a
-    link never points at a half-deleted folder). Until then a reader takes the newer (find_checkpoint)."""
-    for path in [out_dir / "ckpt.pt", out_dir / "ckpt", *sorted(out_dir.glob("ckpt-*"))]:
+    """Delete out_dir's checkpoints not named in keep: ckpt.pt and its checksums, the link ckpt, then the
+    folders ckpt-STEP (a link never points at a half-deleted folder). Until then a reader takes the newer
+    (find_checkpoint)."""
+    whole = out_dir / "ckpt.pt"
+    for path in [whole, sums_path(whole), out_dir / "ckpt", *sorted(out_dir.glob("ckpt-*"))]:
         if path.name not in keep and (path.is_symlink() or path.exists()):
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 

@@ -1,13 +1,12 @@
 """
-The settings reader every script shares: a script's settings, their types, choices and least values.
+The settings reader every script shares: a script's settings, their types, choices and ranges.
 
-A script's settings are the assignments between its two RULER lines, `name = default  # what it does`.
-They are read from the script's file as a syntax tree, never run, so ablate.py and bench.py read
-train.py's settings without importing the trainer: defaults are literals, and an annotation
-(`float | None`) names the types a setting takes, else its default's type does. Config files (Python
-assignments) and --key=value arguments override the defaults in the order given; an unknown name or a
-wrong type is a one-line error with a did-you-mean; --help prints the script's docstring and settings.
-Each script names the least values of its own settings; GPTConfig.validate alone checks the model's.
+A script's settings are the assignments between its two RULER lines, `name = default  # what it does`, read
+from its file as a syntax tree, never run: ablate.py and bench.py read train.py's without importing the
+trainer. Defaults are literals; an annotation (`float | None`) names the types a setting takes, else the
+default's type does. Config files (Python assignments), then --key=value arguments, override the defaults in
+order; an unknown name, a wrong type or a value outside the script's own range for it is a one-line error
+(with a did-you-mean); --help prints the script's docstring and settings. GPTConfig.validate checks the model's.
 """
 import ast
 import builtins
@@ -22,10 +21,6 @@ from data import padded_vocab
 from model import NORM_MODES, GPTConfig
 
 RULER = "# " + "-" * 98  # a script's settings are the assignments between the two lines that equal RULER
-GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # OpenAI's GPT-2 sizes (model.from_gpt2)
-CHOICES = dict(init_from=("scratch", "resume", *GPT2_NAMES), lr_schedule=("cosine", "wsd"),
-               backend=("auto", "nccl", "gloo"), dtype=("auto", "float32", "bfloat16"),
-               parallel=("ddp", "fsdp"))  # in any script
 LOCAL_GPT2 = "a folder holding a transformers GPT-2 (save_pretrained)"  # init_from may also be one
 
 
@@ -50,24 +45,36 @@ def read_settings(script):
     return settings
 
 
-def checked(name, value, settings, where, least=None):
-    """value as setting name's type (an int where a float goes is fine), one of its CHOICES and at least
-    least[name] (the script's own table, where it has one), else a one-line error."""
+def outside(value, bounds):
+    """What value must be if it lies outside bounds, else None: bounds is the least value, an interval as
+    text ("[0, 1)" holds 0, not 1), or a tuple of the choices. inf and nan lie outside every range."""
+    if isinstance(bounds, tuple):
+        return None if value in bounds else f"one of {', '.join(bounds)}"
+    text = bounds if isinstance(bounds, str) else f"[{bounds}, inf)"
+    low, high = map(float, text[1:-1].split(","))
+    above = low <= value if text[0] == "[" else low < value
+    below = value <= high if text[-1] == "]" else value < high
+    return None if above and below else f"in {text}" if isinstance(bounds, str) else f"at least {bounds}"
+
+
+def checked(name, value, settings, where, ranges=None):
+    """value as setting name's type (an int where a float goes is fine) and within ranges[name] (the script's
+    own table of ranges and choices, where it has one), else a one-line error."""
     if name not in settings:
         guess = difflib.get_close_matches(name, settings, n=1)
         hint = f"did you mean {guess[0]!r}?" if guess else f"python {Path(sys.argv[0]).name} --help lists them all"
         sys.exit(f"error: unknown setting {name!r} in {where}: {hint}")
     accepts = settings[name][1]
     if type(value) is int and float in accepts:
-        return float(value)
+        value = float(value)
     if type(value) not in accepts:  # exactly: True is no int here, nor 1 a bool
         kinds = " or ".join("None" if t is type(None) else t.__name__ for t in accepts)
         sys.exit(f"error: {name} must be {kinds}, got {value!r} in {where}")
-    if value not in CHOICES.get(name, (value,)) and not (name == "init_from" and os.path.isdir(value)):
+    if name == "init_from" and os.path.isdir(value):  # a local GPT-2 beside the named choices
+        return value
+    if value is not None and name in (ranges or {}) and (bounds := outside(value, ranges[name])):
         local = f" or {LOCAL_GPT2}" if name == "init_from" else ""
-        sys.exit(f"error: {name} must be one of {', '.join(CHOICES[name])}{local}, got {value!r} in {where}")
-    if value is not None and name in (least or {}) and value < least[name]:
-        sys.exit(f"error: {name} must be at least {least[name]}, got {value!r} in {where}")
+        sys.exit(f"error: {name} must be {bounds}{local}, got {value!r} in {where}")
     return value
 
 
@@ -75,12 +82,11 @@ def parse_arg(arg, settings):
     """--key=value as {key: value}: the text for a str setting, else a Python literal (or the text).
     A bare --flag sets a bool setting to True."""
     name, has_value, text = arg[2:].partition("=")
-    if not has_value:
-        if settings.get(name, (None, ()))[1] == (bool,):
-            return {name: True}
+    kinds = settings.get(name, (None, ()))[1]
+    if not has_value and kinds != (bool,):
         sys.exit(f"error: {arg} needs a value: --{name}=VALUE")
     try:
-        return {name: text if settings.get(name, (None, ()))[1] == (str,) else ast.literal_eval(text)}
+        return {name: True if not has_value else text if kinds == (str,) else ast.literal_eval(text)}
     except (ValueError, SyntaxError):
         return {name: text}
 
@@ -89,9 +95,8 @@ def read_config_file(path):
     """The settings a config file assigns (it is Python: it may import a shared base)."""
     if not Path(path).is_file():
         sys.exit(f"error: no config file {path}; settings are given as --key=value")
-    namespace = {}
     try:
-        exec(Path(path).read_text(), namespace)
+        exec(Path(path).read_text(), namespace := {})
     except Exception as e:  # a missing file, a syntax error, ...
         sys.exit(f"error: config file {path}: {type(e).__name__}: {e}")
     return {k: v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, types.ModuleType)}
@@ -106,12 +111,11 @@ def print_help(text):
     sys.exit(0)
 
 
-def parse_settings(argv, script, least=None, passes_on=None, prefix=""):
-    """(all settings, those given): the defaults of the script at path script, then config files and
-    --key=value in the order given, each checked (least: {name: its least value} of the script's own
-    settings; GPTConfig.validate checks the model's). --help prints the script's docstring and its settings.
-    passes_on: the path of a script whose settings this one takes too (ablate.py passes train.py's on to each
-    run), its own winning a shared name; its own may be named prefix + name (ablate_modes) and set as --name."""
+def parse_settings(argv, script, ranges=None, passes_on=None, prefix=""):
+    """(all settings, those given): the script's defaults, then config files and --key=value in order, each
+    checked (ranges: {name: bounds for outside} of its own settings); --help prints its docstring and settings.
+    passes_on: a script whose settings this one takes too (ablate.py passes train.py's on to each run), its
+    own winning a shared name; its own may be named prefix + name (ablate_modes) and set as --name."""
     if "--help" in argv or "-h" in argv:
         doc = ast.get_docstring(ast.parse(Path(script).read_text()), clean=False).strip()
         print_help(doc + "\n\nsettings, their defaults and what they do:\n" + settings_block(script))
@@ -120,7 +124,7 @@ def parse_settings(argv, script, least=None, passes_on=None, prefix=""):
     for arg in argv:
         long = "--" + prefix + arg[2:] if prefix and prefix + arg[2:].partition("=")[0] in own else arg
         pairs = parse_arg(long, settings) if arg.startswith("--") else read_config_file(arg)
-        given.update({name: checked(name, value, settings, arg, least) for name, value in pairs.items()})
+        given.update({name: checked(name, value, settings, arg, ranges) for name, value in pairs.items()})
     return {name: default for name, (default, _) in settings.items()} | given, given
 
 

@@ -4,7 +4,7 @@ import dataclasses
 import os
 import signal
 import sys
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -13,6 +13,8 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from data import first_line
+
+DTYPES = ("auto", "float32", "bfloat16")  # the dtype setting's choices; auto: bfloat16 on CUDA, else float32
 
 
 def pick_device(device):
@@ -28,6 +30,58 @@ def pick_device(device):
     return device
 
 
+def planned_world():
+    """How many processes run: torchrun's WORLD_SIZE (ablate.py sets it for train.py's dry run too), else 1."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def check_launch(device, backend, parallel):
+    """The device setting made usable (pick_device), checked with the backend and parallel settings before any
+    process group is made: a combination that cannot run is a one-line error."""
+    device = pick_device(device)
+    kind = torch.device(device).type
+    if backend == "nccl" and not (kind == "cuda" and torch.distributed.is_nccl_available()):
+        sys.exit(f"error: backend='nccl' runs on CUDA GPUs only, and device is {device!r}: "
+                 "use backend='gloo', or 'auto' (nccl on CUDA, gloo on CPU)")
+    if (parallel == "fsdp" or planned_world() > 1) and kind not in ("cuda", "cpu"):
+        sys.exit(f"error: parallel='fsdp' and torchrun's processes run on cuda or cpu, not {device!r}: "
+                 "choose one of those devices")
+    return device
+
+
+def accumulation_steps(cfg, world):
+    """Micro-batches per process and step: the global count, total_batch_size's or gradient_accumulation_steps
+    (None: one per process), split over the world processes. The count is written back to cfg, so that
+    config.json and a resume on another number of processes keep the tokens per step."""
+    steps, tokens = cfg.gradient_accumulation_steps or world, cfg.batch_size * cfg.block_size
+    if cfg.total_batch_size:
+        steps = tokens and cfg.total_batch_size // tokens  # tokens 0: block_size 0, which the model rejects
+        if steps * tokens != cfg.total_batch_size:
+            sys.exit(f"error: total_batch_size={cfg.total_batch_size} is not a multiple of batch_size * "
+                     f"block_size = {tokens}: change one of them")
+        if steps % world:
+            sys.exit(f"error: total_batch_size={cfg.total_batch_size} makes {steps} micro-batches of "
+                     f"{tokens} tokens, which do not split over {world} processes: make it a multiple of "
+                     f"{tokens * world}")
+    elif steps % world:
+        sys.exit(f"error: gradient_accumulation_steps={steps} does not split over {world} processes: make it a "
+                 f"multiple of {world}, or None (one micro-batch per process)")
+    cfg.gradient_accumulation_steps = steps
+    return steps // world
+
+
+@contextmanager
+def one_voice():
+    """Under torchrun every process makes the same checks and fails alike: process 0 alone prints the one-line
+    error, and every process exits with status 1."""
+    try:
+        yield
+    except SystemExit as e:
+        if isinstance(e.code, str) and os.environ.get("RANK", "0") != "0":
+            raise SystemExit(1) from None
+        raise
+
+
 def setup_distributed(device, backend="auto", group=False):
     """(rank, world size, device) from torchrun's environment when it is set, else (0, 1, device): the
     device setting made usable, a GPU being this process's own; backend 'auto' is nccl on CUDA, gloo on CPU.
@@ -41,6 +95,28 @@ def setup_distributed(device, backend="auto", group=False):
     alone = {} if "RANK" in os.environ else dict(store=torch.distributed.HashStore(), rank=0, world_size=1)
     torch.distributed.init_process_group(auto if backend == "auto" else backend, **alone)
     return torch.distributed.get_rank(), torch.distributed.get_world_size(), device
+
+
+FINAL_BARRIER = []  # the work of leave_together's barrier, referenced until the process exits
+
+
+def leave_together():
+    """Wait for every process (one gone while the master still writes can abort the others). The barrier's work
+    stays referenced to the end: were gloo's thread to drop it last, freeing it (and the collectives it waited
+    for) would take the GIL, which the process group's destructor holds while it joins that thread, when DDP is
+    freed at main's return: a hang at exit, once in about 20 runs."""
+    FINAL_BARRIER.append(torch.distributed.barrier(async_op=True))
+    FINAL_BARRIER[-1].wait()
+
+
+def start(cfg, device, accum):
+    """This process, from train.py's settings cfg and its checked device and accum: its rank among torchrun's
+    (a process group of its own for fsdp), device, dtype, autocast context."""
+    rank, world, device = setup_distributed(device, cfg.backend, group=cfg.parallel == "fsdp")
+    if device.startswith("cuda"):
+        torch.set_float32_matmul_precision("high")  # TF32 matmuls
+    dtype = pick_dtype(cfg.dtype, device)
+    return Process(rank, world, device, dtype, autocast(device, dtype), accum)
 
 
 def pick_dtype(dtype, device):
@@ -74,11 +150,16 @@ class Process:
             print(*args, **kwargs)
 
 
+def compiles(cfg, device):
+    """Whether the compile setting torch.compiles the model on device: None compiles on CUDA only."""
+    return device.startswith("cuda") if cfg.compile is None else cfg.compile
+
+
 def parallelize(model, cfg, proc):
     """Activation checkpointing per block, torch.compile, then DDP or FSDP2 (fully_shard each Block, then the
     root), as the settings cfg and the process proc say. Returns (train_model, eval_model): DDP's wrapper and
     the model inside, or the sharded model for both."""
-    compiled = proc.device.startswith("cuda") if cfg.compile is None else cfg.compile
+    compiled = compiles(cfg, proc.device)
     blocks, fsdp = model.transformer.h, cfg.parallel == "fsdp"
     for i in range(len(blocks)):
         if cfg.activation_checkpointing:  # non-reentrant: the same gradients; the RNG replayed for dropout

@@ -34,7 +34,7 @@ import checkpoint
 import configurator
 import data
 import devices
-from model import from_gpt2
+from model import GPT2_NAMES, from_gpt2
 
 try:  # only eval.py needs the harness: its absence is one line in main, and --help still works
     import lm_eval
@@ -59,7 +59,8 @@ device = "auto"  # 'cpu', 'cuda', 'cuda:1', 'mps'; auto: cuda when available
 dtype = "auto"  # 'float32', or 'bfloat16' autocast; auto: bfloat16 on CUDA, float32 elsewhere
 dry_run = False  # check the settings, load the tasks (data too) and exit: no model loaded, nothing written
 # --------------------------------------------------------------------------------------------------
-LEAST = dict(limit=1, num_fewshot=0, batch_size=1, seed=0)  # the least value of each of these settings
+RANGES = dict(limit=1, num_fewshot=0, batch_size=1, seed="[0, 1e19)", init_from=("scratch", "resume", *GPT2_NAMES),
+              dtype=devices.DTYPES)  # checked by configurator
 
 class StopGeneration(Exception):
     """Raised from GPT.generate's on_token once the text holds a stop string: generation ends there."""
@@ -109,12 +110,14 @@ class GPTAdapter(TemplateLM):
                                  "the task needs a model with a longer context")
         order = sorted(range(len(requests)), key=lambda i: -len(requests[i][1]) - len(requests[i][2]))
         batches = range(0, len(order), self.batch_size)
-        for start in tqdm(batches, desc="scoring", unit="batch", disable=disable_tqdm or self.rank != 0):
-            batch = order[start:start + self.batch_size]
-            windows = [((requests[i][1] + requests[i][2])[-(block_size + 1):], len(requests[i][2]))
-                       for i in batch]
-            for i, result in zip(batch, self.score(windows)):
-                scored[i] = result
+        # with: a Ctrl-C closes the bar's line, so that run_cli's one line starts a line of its own
+        with tqdm(batches, desc="scoring", unit="batch", disable=disable_tqdm or self.rank != 0) as bar:
+            for start in bar:
+                batch = order[start:start + self.batch_size]
+                windows = [((requests[i][1] + requests[i][2])[-(block_size + 1):], len(requests[i][2]))
+                           for i in batch]
+                for i, result in zip(batch, self.score(windows)):
+                    scored[i] = result
         return scored
 
     @torch.no_grad()
@@ -202,9 +205,6 @@ class GPTAdapter(TemplateLM):
 
 def check_settings(s):
     """One-line errors for values no evaluation can use, before anything is loaded."""
-    for name, least in LEAST.items():
-        if s[name] is not None and s[name] < least:
-            raise SystemExit(f"error: {name} must be at least {least}, got {s[name]!r}")
     if s["init_from"] == "scratch":
         raise SystemExit("error: eval.py scores a trained model: "
                          "init_from=resume (out_dir's checkpoint) or a GPT-2")
@@ -278,7 +278,7 @@ def headline(metrics):
 
 def main(argv=None):
     """Evaluate and write out_dir/eval.json; returns its contents (None on processes other than the first)."""
-    s, _ = configurator.parse_settings(sys.argv[1:] if argv is None else argv, __file__, LEAST)
+    s, _ = configurator.parse_settings(sys.argv[1:] if argv is None else argv, __file__, RANGES)
     check_settings(s)
     if lm_eval is None:
         raise SystemExit("error: eval.py scores with EleutherAI's lm-evaluation-harness: pip install lm-eval")

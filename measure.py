@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import checkpoint
-from devices import autocast
+from devices import autocast, compiles, pick_dtype
 from model import GPT
 
 # Dense bf16 tensor-core FLOP/s (no sparsity) from the vendors' datasheets, by the words of a GPU's name as
@@ -36,10 +36,11 @@ def device_peak_flops(cfg, device):
 
 class Throughput:
     """The training speed of the steps between two logs, and MFU when the device's peak FLOP/s is known. A
-    process's first step (it compiles and warms up) is left out of the timing."""
+    process's first step (it warms up, and compiles when compiling) is left out of the timing."""
 
     def __init__(self, model, cfg, world, accum, device, first_step):
         self.model, self.first_step, self.log_interval = model, first_step, cfg.log_interval
+        self.warmup = "compiling, warming up" if compiles(cfg, device) else "warming up"
         self.micro_batches = cfg.batch_size * accum
         self.tokens_per_step = cfg.batch_size * cfg.block_size * accum * world
         self.peak = device_peak_flops(cfg, device)[1]
@@ -65,7 +66,7 @@ class Throughput:
         ms, mfu, first = timing["ms_per_iter"], timing["mfu"], step - self.first_step <= self.log_interval
         return ((f", {ms:.1f} ms/iter, {timing['tokens_per_s']:,.0f} tokens/s" if ms else "")
                 + (f", mfu {100 * mfu:.1f}%" if mfu else "")
-                + (f" (step {self.first_step + 1} untimed: compiling)" if first else ""))
+                + (f" (step {self.first_step + 1} untimed: {self.warmup})" if first else ""))
 
     def overall(self, step):
         """Tokens/s over all the timed steps up to step, None if none was timed."""
@@ -77,10 +78,24 @@ def banner(model, cfg, world, accum, dtype, device):
     the memory estimate."""
     gpu, peak = device_peak_flops(cfg, device)
     return (f"{model.get_num_params() / 1e6:.2f}M parameters on {gpu or device} in {dtype}, "
-            f"{cfg.batch_size * cfg.block_size * accum * world:,} tokens per step = {world} processes x {accum} "
-            f"micro-batches x {cfg.batch_size} x {cfg.block_size}"
+            f"{cfg.batch_size * cfg.block_size * accum * world:,} tokens per step = {world} process"
+            f"{'es' * (world > 1)} x {accum} micro-batch{'es' * (accum > 1)} x {cfg.batch_size} x "
+            f"{cfg.block_size}"
             + (f"; set peak_flops for MFU on a {gpu}" if gpu and not peak else "")
             + "\n" + memory_report(model, cfg, world, dtype, device))
+
+
+def plan(cfg, config, world, accum, device):
+    """train.py's dry run: the banner of the run planned, its model (config) built on the meta device, where
+    nothing is allocated. config None: no model before the run loads OpenAI's GPT-2 or makes its dataset."""
+    if config is None:
+        then = f"loads OpenAI's {cfg.init_from}" if cfg.init_from not in ("scratch", "resume") else \
+            f"makes {cfg.dataset}"
+        return f"dry run: every check passed, nothing written; the model is counted once the run {then}"
+    with torch.device("meta"):
+        model = GPT(config)
+    return "dry run: every check passed, nothing written. The run:\n" + banner(
+        model, cfg, world, accum, pick_dtype(cfg.dtype, device), device)
 
 
 # ---------------------------------------------------------------------------------- memory estimate

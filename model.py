@@ -536,6 +536,9 @@ class GPT(nn.Module):
         return idx
 
 
+GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # OpenAI's GPT-2 sizes, by name
+
+
 def from_gpt2(source, block_size=None, dropout=0.0):
     """OpenAI's GPT-2 as a `pre` GPT (nanoGPT's from_pretrained), from a transformers GPT2LMHeadModel or
     what transformers loads one from ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl', a folder). block_size

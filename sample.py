@@ -43,16 +43,8 @@ compile = False  # torch.compile the model: worth it for long samples on a GPU
 stream = False  # print each token as it is generated
 use_cache = True  # keep keys and values (see "Past block_size" above); False: recompute them every token
 # --------------------------------------------------------------------------------------------------
-LEAST = dict(num_samples=1, max_new_tokens=0, temperature=0, top_k=0, seed=0)  # the least value of each
-
-
-def check_settings(s):
-    """One-line errors for values no sampler can use, before anything is loaded."""
-    for name, least in LEAST.items():
-        if s[name] < least:
-            raise SystemExit(f"error: {name} must be at least {least}, got {s[name]!r}")
-    if not 0 < s["top_p"] <= 1:
-        raise SystemExit(f"error: top_p must be in (0, 1] (1.0 keeps every token), got {s['top_p']}")
+RANGES = dict(num_samples=1, max_new_tokens=0, temperature=0, top_k=0, top_p="(0, 1]", seed="[0, 1e19)",
+              dtype=devices.DTYPES)  # checked by configurator
 
 
 def read_prompt(start):
@@ -96,8 +88,7 @@ class StreamPrinter:
 
 def main(argv=None):
     """Print num_samples samples (and return them) for the settings in argv (default: sys.argv)."""
-    s, _ = configurator.parse_settings(sys.argv[1:] if argv is None else argv, __file__)
-    check_settings(s)
+    s, _ = configurator.parse_settings(sys.argv[1:] if argv is None else argv, __file__, RANGES)
     device = devices.pick_device(s["device"])
     dtype = devices.pick_dtype(s["dtype"], device)
     model, meta = checkpoint.load_model(s["out_dir"], device)

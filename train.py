@@ -20,6 +20,7 @@ SIGINT (Ctrl-C three times) stops at once, without a checkpoint.
 """
 import dataclasses
 import math
+import os
 import sys
 import time
 import types
@@ -36,8 +37,8 @@ import configurator
 import devices
 import measure
 import prepare_data
-from data import first_line, get_batch, load_meta, write_json
-from model import GPT, from_gpt2
+from data import GPT2_META, check_out_dir, first_line, get_batch, load_meta, run_cli, write_json
+from model import GPT, GPT2_NAMES, from_gpt2
 
 # settings: the assignments between the two rulers, read by configurator.py (python train.py --help)
 # --------------------------------------------------------------------------------------------------
@@ -57,7 +58,7 @@ data_dir = "data"  # the folder holding prepared datasets
 dataset = "pystdlib"  # a folder in data_dir written by prepare_data.py (pystdlib is made when missing)
 batch_size = 12  # sequences per micro-batch, per process
 block_size = 64  # tokens per sequence: the model's context length
-gradient_accumulation_steps = 1  # micro-batches per optimizer step, summed over all processes
+gradient_accumulation_steps: int | None = None  # micro-batches per step over all processes; None: 1 per process
 total_batch_size = 0  # tokens per optimizer step; when > 0 it sets gradient_accumulation_steps
 seed = 1337  # seeds the initialization, every batch and every dropout mask
 # model: GPTConfig's fields (model.py); vocab_size comes from the dataset's meta.json
@@ -112,21 +113,28 @@ device = "auto"  # 'cpu', 'cuda', 'cuda:1', 'mps'; auto: cuda when available
 dtype = "auto"  # 'float32', or 'bfloat16' autocast; auto: bfloat16 on CUDA, float32 elsewhere
 compile: bool | None = None  # torch.compile the model; None: on CUDA only
 peak_flops = 0.0  # one device's dense bf16 FLOP/s, for MFU; 0: looked up from the GPU's name
+dry_run = False  # check the settings, data and checkpoint, print the plan and exit, writing nothing
 # --------------------------------------------------------------------------------------------------
-# the least values of train.py's own settings (GPTConfig.validate checks the model's)
-LEAST = dict(batch_size=1, gradient_accumulation_steps=1, eval_interval=1, eval_iters=1, log_interval=1,
-             max_iters=0, warmup_iters=0, lr_decay_iters=0, total_batch_size=0, learning_rate=0, min_lr=0,
-             weight_decay=0, grad_clip=0, peak_flops=0)
+# the ranges of train.py's own settings, the least value or an interval (GPTConfig.validate checks the model's)
+RANGES = dict(batch_size=1, gradient_accumulation_steps=1, eval_interval=1, eval_iters=1, log_interval=1,
+              max_iters=0, warmup_iters=0, lr_decay_iters=0, total_batch_size=0, learning_rate=0, min_lr=0,
+              weight_decay=0, grad_clip=0, peak_flops=0, seed="[0, 1e19)", beta1="[0, 1)", beta2="[0, 1)",
+              wsd_decay_frac="[0, 1]", init_from=("scratch", "resume", *GPT2_NAMES), lr_schedule=("cosine", "wsd"),
+              backend=("auto", "nccl", "gloo"), dtype=devices.DTYPES, parallel=("ddp", "fsdp"))  # seed: at most 2**64 - 1
 
 
-# ------------------------------------------------------------------------------- settings and setup
+# ------------------------------------------------------------------------------- settings and checks
 
 def configure(argv):
-    """The settings as a namespace, and the checkpoint to resume from (None from scratch)."""
-    cfg, given = configurator.parse_settings(argv, __file__, LEAST)
-    ckpt = checkpoint.load_checkpoint(cfg["out_dir"]) if cfg["init_from"] == "resume" else None
-    if ckpt:  # the checkpoint's settings, except those given now
-        cfg |= {k: v for k, v in ckpt["config"].items() if k in cfg and k not in given}
+    """The settings as a namespace, and the checkpoint to resume from (None from scratch), checked against
+    each other. Under torchrun process 0 alone reads every byte of the checkpoint to check it."""
+    cfg, given = configurator.parse_settings(argv, __file__, RANGES)
+    check_out_dir(cfg["out_dir"], "out_dir")
+    ckpt = None
+    if cfg["init_from"] == "resume":
+        ckpt = checkpoint.load_checkpoint(cfg["out_dir"], check=os.environ.get("RANK", "0") == "0")
+        cfg |= {k: v for k, v in ckpt["config"].items() if k in cfg and k not in given}  # the given stay
+        checkpoint.check_resume(ckpt, given, types.SimpleNamespace(**cfg))
     if cfg["parallel"] == "fsdp" and cfg["log_layer_stats"]:
         sys.exit("error: log_layer_stats needs the whole model in one process: use parallel='ddp' for it")
     if cfg["parallel"] == "fsdp" and cfg["norm_mode"] == "ngpt":  # W_o's, W₂'s columns span the shards
@@ -134,36 +142,18 @@ def configure(argv):
     return types.SimpleNamespace(**cfg), ckpt
 
 
-def accumulation_steps(cfg, world):
-    """Micro-batches per process and step: the global count (or total_batch_size) split over the processes."""
-    steps, tokens = cfg.gradient_accumulation_steps, cfg.batch_size * cfg.block_size
-    if cfg.total_batch_size:
-        steps = tokens and cfg.total_batch_size // tokens  # tokens 0: block_size 0, which the model rejects
-        if steps * tokens != cfg.total_batch_size:
-            sys.exit(f"error: total_batch_size={cfg.total_batch_size} is not a multiple of batch_size * "
-                     f"block_size = {tokens}: change one of them")
-    if steps < 1 or steps % world:
-        sys.exit(f"error: {steps} micro-batches per step do not split over {world} processes: make "
-                 f"gradient_accumulation_steps (or total_batch_size) a multiple of {world}")
-    return steps // world
-
-
-def setup(cfg):
-    """This process: its rank among torchrun's (a process group of its own for fsdp), device, dtype, accum."""
-    rank, world, device = devices.setup_distributed(cfg.device, cfg.backend, group=cfg.parallel == "fsdp")
-    if device.startswith("cuda"):
-        torch.set_float32_matmul_precision("high")  # TF32 matmuls
-    dtype, accum = devices.pick_dtype(cfg.dtype, device), accumulation_steps(cfg, world)
-    return devices.Process(rank, world, device, dtype, devices.autocast(device, dtype), accum)
-
-
-def load_dataset(cfg, master):
-    """The dataset's meta.json, and for each split its shards' (paths, token counts)."""
+def load_dataset(cfg, master=None, ckpt=None):
+    """The dataset's meta.json and each split's shards (paths, token counts), checked against block_size and
+    the checkpoint's vocabulary. pystdlib, the default, is made when missing by the master (offline, seconds);
+    master None, in the checks: not made, (None, None)."""
     folder = Path(cfg.data_dir) / cfg.dataset
-    if cfg.dataset == "pystdlib" and master and not (folder / "meta.json").exists():
-        prepare_data.prepare("pystdlib", folder)  # offline and takes seconds: made rather than asked for
-    if dist.is_initialized():
-        dist.barrier()
+    if cfg.dataset == "pystdlib" and master is not None:  # every process waits for the master
+        if master and not (folder / "meta.json").exists():
+            prepare_data.prepare("pystdlib", folder)
+        if dist.is_initialized():
+            dist.barrier()
+    if cfg.dataset == "pystdlib" and not (folder / "meta.json").exists():
+        return None, None
     meta, data = load_meta(folder), {}
     for split in ("train", "val"):
         shards = meta["shards"][split]
@@ -171,25 +161,35 @@ def load_dataset(cfg, master):
         if data[split][1].max() <= cfg.block_size:
             sys.exit(f"error: the {split} shards of {folder} are shorter than block_size={cfg.block_size}: "
                      "lower it")
+    if ckpt:
+        checkpoint.check_vocabulary(ckpt, cfg, meta)
     return meta, data
 
 
-# -------------------------------------------------------------------------------------------- model
+def model_config(cfg, meta, ckpt):
+    """The GPTConfig to build, checked, on the checkpoint's vocabulary or else the dataset's (GPT-2's while
+    pystdlib is to be made); None for OpenAI's GPT-2, whose weights bring their own (on GPT-2 BPE data)."""
+    if cfg.init_from not in ("scratch", "resume"):
+        if meta and meta["tokenizer"] != "gpt2":
+            sys.exit(f"error: init_from={cfg.init_from} needs a dataset in GPT-2 BPE, and {cfg.dataset} is by "
+                     f"{meta['tokenizer']}: prepare one with prepare_data.py --tokenizer gpt2")
+        return None
+    config = configurator.model_config(cfg, meta or GPT2_META)
+    if ckpt:
+        config.vocab_size = ckpt["model_args"]["vocab_size"]
+    return config
 
-def build_model(cfg, meta, ckpt, proc):
-    """(raw_model, train_model, eval_model, optimizer): the model fresh, from the checkpoint, or OpenAI's
-    GPT-2, whose model settings then replace cfg's (for config.json and resuming); wrapped to train and to
-    evaluate (devices.parallelize); AdamW, its state restored when resuming."""
+
+# ------------------------------------------------------------------------------------ setup and model
+
+def build_model(cfg, config, ckpt, proc):
+    """(raw_model, train_model, eval_model, optimizer): the model of config, fresh or from the checkpoint,
+    or OpenAI's GPT-2 (config None), whose model settings then replace cfg's (for config.json and resuming);
+    wrapped to train and to evaluate (devices.parallelize); AdamW, its state restored when resuming."""
     torch.manual_seed(cfg.seed)
     home = "cpu" if cfg.parallel == "fsdp" else proc.device  # fsdp moves just this process's shard there
-    if cfg.init_from in ("scratch", "resume"):
-        config = configurator.model_config(cfg, meta)
-        if ckpt:  # its vocabulary: padded, or GPT-2's own 50257 when fine-tuned from OpenAI's weights
-            config.vocab_size = ckpt["model_args"]["vocab_size"]
+    if config:
         raw_model = GPT(config).to(home)
-    elif meta["tokenizer"] != "gpt2":
-        sys.exit(f"error: init_from={cfg.init_from} needs a dataset in GPT-2 BPE, and {cfg.dataset} is by "
-                 f"{meta['tokenizer']}: prepare one with prepare_data.py --tokenizer gpt2")
     else:
         try:
             raw_model = from_gpt2(cfg.init_from, cfg.block_size, cfg.dropout).to(home)
@@ -222,8 +222,7 @@ def get_lr(step, cfg):
 
 
 def micro_batch(data, cfg, device, step, g):
-    """Global micro-batch g of step and the seed of its dropout masks, (x, y, seed): a function of (seed, step,
-    g)."""
+    """Global micro-batch g of step and its dropout masks' seed, (x, y, seed): a function of (seed, step, g)."""
     rng = np.random.default_rng((cfg.seed, 0, step, g))
     return *get_batch(data["train"], rng, cfg, device), int(rng.integers(2**63))
 
@@ -251,8 +250,7 @@ def train_step(model, data, cfg, proc, step, batch):
 @torch.no_grad()
 def evaluate(model, data, cfg, proc):
     """Mean (train, val) loss over eval_iters fixed batches per split, shared out among the processes, each
-    running as many forward passes (an fsdp forward is a collective): the few past eval_iters are not
-    counted."""
+    running as many forward passes (an fsdp forward is a collective): those past eval_iters are not counted."""
     losses, rank, world = torch.zeros(2, device=proc.device), proc.rank, proc.world
     for i, split in enumerate(("train", "val")):
         for k in range(rank, world * math.ceil(cfg.eval_iters / world), world):
@@ -265,41 +263,23 @@ def evaluate(model, data, cfg, proc):
     return (losses / cfg.eval_iters).tolist()
 
 
-@dataclasses.dataclass
-class Progress:
-    """Where the run stands: its step, best val loss, the last step whose evaluation is in the log, and the
-    step of its last checkpoint (None: none yet)."""
-    step: int = 0
-    best_val: float = math.inf
-    evaluated: int | None = None
-    saved: int | None = None
-
-    @classmethod
-    def of(cls, ckpt):
-        """A new run's, or the checkpoint's (a stop saves before the evaluation due at its step)."""
-        s = ckpt and ckpt["iter_num"]
-        return cls(s, ckpt["best_val_loss"], s if ckpt.get("evaluated", True) else None, s) if ckpt else cls()
-
-
-def save(cfg, proc, raw_model, optimizer, meta, run):
-    """The checkpoint of run's step, from every process (fsdp's save is a collective)."""
-    t0, fields = time.time(), dict(model_args=dataclasses.asdict(raw_model.config), iter_num=run.step,
-                                   evaluated=run.evaluated == run.step, best_val_loss=run.best_val,
-                                   config=vars(cfg), meta=meta)
-    fsdp = cfg.parallel == "fsdp"
-    checkpoint.save_checkpoint(Path(cfg.out_dir), raw_model, optimizer, fields, fsdp, proc.master)
-    run.saved = run.step
-    proc.say(f"checkpoint of step {run.step} saved in {time.time() - t0:.1f} s", flush=True)
-
-
 # --------------------------------------------------------------------------------------------- main
 
 def main(argv):
-    cfg, ckpt = configure(argv)
-    proc = setup(cfg)
-    meta, data = load_dataset(cfg, proc.master)
-    raw_model, train_model, eval_model, optimizer = build_model(cfg, meta, ckpt, proc)
-    run, ckpt = Progress.of(ckpt), None  # the model and optimizer hold what they need from the checkpoint
+    with devices.one_voice():  # every check before anything is written (under torchrun process 0 tells)
+        cfg, ckpt = configure(argv)
+        device = devices.check_launch(cfg.device, cfg.backend, cfg.parallel)
+        accum = devices.accumulation_steps(cfg, devices.planned_world())
+        meta, data = load_dataset(cfg, ckpt=ckpt)
+        config = model_config(cfg, meta, ckpt)
+    if cfg.dry_run:  # its model on the meta device: nothing allocated
+        return print(measure.plan(cfg, config if meta else None, devices.planned_world(), accum, device))
+    proc = devices.start(cfg, device, accum)
+    if meta is None:  # pystdlib, made now that every check has passed
+        meta, data = load_dataset(cfg, proc.master, ckpt)
+        config = model_config(cfg, meta, ckpt)
+    raw_model, train_model, eval_model, optimizer = build_model(cfg, config, ckpt, proc)
+    run, ckpt = checkpoint.Progress.of(ckpt), None  # the model and optimizer hold what they need from the checkpoint
     if proc.master:  # config.json, atomically: the settings as run (with GPT-2's) and the code's version
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         write_json(Path(cfg.out_dir) / "config.json", dict(config=vars(cfg), **checkpoint.provenance()))
@@ -324,7 +304,7 @@ def main(argv):
                 improved, run.best_val = val_loss < run.best_val, min(run.best_val, val_loss)
                 # saved == step: resumed from a stop's checkpoint, saved before its evaluation; record it now
                 if run.step > 0 and (improved or cfg.always_save_checkpoint or run.saved == run.step):
-                    save(cfg, proc, raw_model, optimizer, meta, run)
+                    checkpoint.save_run(cfg, proc, raw_model, optimizer, meta, run)
             if run.step >= cfg.max_iters:
                 break
 
@@ -358,15 +338,12 @@ def main(argv):
                 break
 
         if status != "diverged" and run.saved != run.step:  # a diverged state is never saved
-            save(cfg, proc, raw_model, optimizer, meta, run)
+            checkpoint.save_run(cfg, proc, raw_model, optimizer, meta, run)
         best = run.best_val if run.best_val < math.inf else None
         log.record("end", status=status, iter=run.step, best_val_loss=best, final_val_loss=val_loss,
                    tokens_per_s=speed.overall(run.step))
-        if proc.world > 1:  # leave together: a process gone while the master still writes can abort the others
-            dist.barrier()
-            # gloo's thread then frees the barrier's work, which takes the GIL: give it the GIL now, before the
-            # process group's destructor joins that thread while holding the GIL (a hang at exit, about 1 in 20)
-            time.sleep(0.1)
+        if proc.world > 1:
+            devices.leave_together()
         if status == "diverged":
             good = run.saved is not None and f"{checkpoint.find_checkpoint(cfg.out_dir)} (step {run.saved})"
             proc.say(f"error: loss {loss}, gradient norm {grad_norm} at step {run.step + 1}; the last good "
@@ -388,4 +365,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_cli(main)

@@ -32,7 +32,7 @@ def patched_copy(tmp_path, diff):
     """A copy of the repository with diff applied."""
     copy = tmp_path / "normgpt"
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "data", "out*", "docs", "__pycache__",
-                                                              ".*cache"))
+                                                              ".*cache", "mutants"))  # mutmut's copy
     if (ROOT.parent / "shared").is_dir():  # data and tokenizer files beside the checkout (tests/conftest.py)
         (tmp_path / "shared").symlink_to(ROOT.parent / "shared")
     subprocess.run(["git", "init", "-q"], cwd=copy, check=True)  # git apply takes paths from the copy's root

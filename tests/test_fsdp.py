@@ -2,6 +2,7 @@
 as ddp does, resumes from either kind of checkpoint on any number of processes, survives a kill during a save,
 and sample.py reads what it writes. Two processes on gloo, tiny models, CPU."""
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import devices
 import measure
 import sample
 import train
-from conftest import ROOT, torchrun_mains
+from conftest import ROOT, torchrun, torchrun_mains
 from model import GPT, GPTConfig, NORM_MODES
 
 TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
@@ -76,9 +77,11 @@ def two_processes(data_dir, tmp_path_factory):
              ["--parallel=fsdp", "--max_iters=5", f"--out_dir={root / 'fsdp_at_5'}"],
              ["--parallel=ddp", "--max_iters=5", f"--out_dir={root / 'ddp_then_fsdp'}"],
              ["--parallel=fsdp", "--max_iters=10", "--init_from=resume", f"--out_dir={root / 'ddp_then_fsdp'}"],
-             ["--parallel=fsdp", "--activation_checkpointing=True", f"--out_dir={root / 'fsdp_checkpointed'}"]]
+             ["--parallel=fsdp", "--activation_checkpointing=True", f"--out_dir={root / 'fsdp_checkpointed'}"],
+             ["--parallel=fsdp", "--gradient_accumulation_steps=None", "--max_iters=2",
+              f"--out_dir={root / 'default'}"]]
     result = torchrun_mains([common + ["--max_iters=10"] + r for r in runs], root, timeout=600)
-    assert result.stdout.count("= 2 processes x 2 micro-batches x 4 x 32") == len(runs)
+    assert result.stdout.count("= 2 processes x 2 micro-batches x 4 x 32") == len(runs) - 1
     return root
 
 
@@ -100,7 +103,28 @@ def test_fsdp_resumes_exactly_from_its_own_and_from_a_ddp_checkpoint(two_process
     assert sorted(p.name for p in (two_processes / "ddp_then_fsdp").iterdir() if p.name.startswith("ckpt")) == \
         ["ckpt", "ckpt-10"]  # the sharded checkpoint replaced ckpt.pt
     shards = sorted(p.name for p in (two_processes / "fsdp_parts" / "ckpt").iterdir())
-    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp", "run.json"]  # one file per process
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp", "checksums.json", "run.json"]
+
+
+def test_the_default_accumulation_is_one_micro_batch_per_process_and_is_recorded(two_processes):
+    """gradient_accumulation_steps=None on 2 processes: 2 micro-batches a step, one each, written to
+    config.json and the checkpoint as 2: a resume on any number of processes keeps the tokens per step."""
+    saved = json.loads((two_processes / "default" / "config.json").read_text())["config"]
+    assert saved["gradient_accumulation_steps"] == 2
+    assert [i for i, _ in losses(two_processes / "default")] == [1, 2]
+    assert checkpoint.load_checkpoint(two_processes / "default")["config"]["gradient_accumulation_steps"] == 2
+
+
+def test_a_check_that_fails_under_torchrun_is_one_line_from_process_0_and_writes_nothing(data_dir, tmp_path):
+    """Every process makes the same checks before anything is written: process 0 alone prints the line, the
+    others exit 1 silently (unless torchrun stops them first, and then adds its own report of the failure)."""
+    result = torchrun([os.path.join(ROOT, "train.py"), f"--data_dir={data_dir}", *TINY, "--parallel=fsdp",
+                       "--gradient_accumulation_steps=3", f"--out_dir={tmp_path / 'out'}"], timeout=300)
+    assert result.returncode != 0 and result.stdout == ""
+    line = ("error: gradient_accumulation_steps=3 does not split over 2 processes: make it a multiple of 2, "
+            "or None (one micro-batch per process)\n")
+    assert result.stderr.count(line) == 1
+    assert result.stderr.count("error: ") == 1 and list(tmp_path.iterdir()) == []
 
 
 def test_a_sharded_checkpoint_resumes_on_one_process(two_processes, data_dir, tmp_path):
@@ -167,20 +191,29 @@ def die(*args, **kwargs):
     raise Killed
 
 
-@pytest.mark.parametrize("moment, survivor", [
-    ("shards written, no .metadata", 1), ("before the link moves", 1), ("link moved, old folder not deleted", 2),
-    ("ckpt.pt written, sharded not deleted", 2), ("link moved, ckpt.pt not deleted", 2)])
-def test_a_kill_during_a_save_leaves_a_whole_checkpoint(data_dir, tmp_path, monkeypatch, moment, survivor):
+@pytest.mark.parametrize("moment, first, second, survivor", [
+    ("shards written, no .metadata", "fsdp", "fsdp", 1), ("shards written, no checksums", "fsdp", "fsdp", 1),
+    ("ckpt.pt written, no checksums", "ddp", "ddp", 1), ("before the link moves", "fsdp", "fsdp", 1),
+    ("link moved, old folder not deleted", "fsdp", "fsdp", 2),
+    ("ckpt.pt written, sharded not deleted", "fsdp", "ddp", 2),
+    ("link moved, ckpt.pt not deleted", "ddp", "fsdp", 2),
+    ("checksums of the new ckpt.pt recorded, the old one not replaced", "ddp", "ddp", 1)])
+def test_a_kill_during_a_save_leaves_a_whole_checkpoint(data_dir, tmp_path, monkeypatch, moment, first,
+                                                        second, survivor):
     """Every step saves; the save at step 2 dies at one moment. The checkpoint found then is a whole one, step 1's
-    or step 2's, and the run resumes from it. The last two switch from one kind of checkpoint to the other."""
-    first, second = ("ddp", "fsdp") if moment.endswith("ckpt.pt not deleted") else \
-                    ("fsdp", "ddp") if moment.startswith("ckpt.pt") else ("fsdp", "fsdp")
+    or step 2's, its checksums fit it, and the run resumes from it. Some switch from one kind of checkpoint to
+    the other."""
     fsdp_run(data_dir, tmp_path, "--max_iters=1", f"--parallel={first}")
-    if moment.startswith("shards"):
+    replace, write_json = os.replace, checkpoint.write_json
+    if moment.startswith("shards written, no .metadata"):
         monkeypatch.setattr(dcp.FileSystemWriter, "finish", die)
-    elif moment.startswith("before"):
-        replace = os.replace
-        monkeypatch.setattr(os, "replace", lambda src, dst: die() if dst == tmp_path / "ckpt" else replace(src, dst))
+    elif moment.endswith("no checksums"):
+        sums = "checksums.json" if first == "fsdp" else "ckpt.pt.crc32.json"
+        monkeypatch.setattr(checkpoint, "write_json", lambda path, obj: die() if path.name == sums else
+                            write_json(path, obj))
+    elif moment.startswith("before") or moment.endswith("not replaced"):
+        dst = tmp_path / ("ckpt" if moment.startswith("before") else "ckpt.pt")
+        monkeypatch.setattr(os, "replace", lambda src, to: die() if to == dst else replace(src, to))
     else:
         monkeypatch.setattr(checkpoint, "remove_checkpoints", die)
     with pytest.raises((Killed, dcp.CheckpointException)):
@@ -286,7 +319,7 @@ def test_the_7b_and_8b_configs_build_llamas_blocks_sharded_and_checkpointed(size
     assert (cfg.parallel, cfg.activation_checkpointing) == ("fsdp", True)
     assert (cfg.learning_rate, cfg.weight_decay) == (1e-3, 0.05)
     assert (cfg.block_size, cfg.warmup_iters, cfg.max_iters, cfg.total_batch_size) == (2048, 200, 20_000, 192 * 2048)
-    assert train.accumulation_steps(cfg, 8) == {"7b": 6, "8b": 8}[size]  # as SimpleGPT's tomls on 8 GPUs
+    assert devices.accumulation_steps(cfg, 8) == {"7b": 6, "8b": 8}[size]  # as SimpleGPT's tomls on 8 GPUs
     config = configurator.model_config(cfg, dict(vocab_size=50257, tokenizer="gpt2"))
     for vocab, count in ((llama_vocab, llama_params), (config.vocab_size, here)):
         with torch.device("meta"):

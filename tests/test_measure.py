@@ -21,12 +21,12 @@ def test_the_peak_flops_of_a_gpu_are_its_longest_matching_names(gpu, peak):
 
 def test_throughput_leaves_the_first_step_out_and_each_window_holds_its_own_steps():
     model = types.SimpleNamespace(estimate_mfu=lambda fwdbwd, dt, peak: fwdbwd * 1e12 / dt / peak)
-    cfg = types.SimpleNamespace(batch_size=4, block_size=8, log_interval=2, peak_flops=2e12)
+    cfg = types.SimpleNamespace(batch_size=4, block_size=8, log_interval=2, peak_flops=2e12, compile=None)
     speed = measure.Throughput(model, cfg, world=2, accum=3, device="cpu", first_step=10)  # resumed at step 10
     speed.add(11, 5.0)  # the first step compiles: not timed
     first = speed.window()
     assert first == dict(ms_per_iter=None, tokens_per_s=None, mfu=None, timed_steps=0)
-    assert speed.describe(first, 11) == " (step 11 untimed: compiling)"
+    assert speed.describe(first, 11) == " (step 11 untimed: warming up)"  # no compiling on a CPU
     speed.add(12, 0.1)
     speed.add(13, 0.3)
     window = speed.window()

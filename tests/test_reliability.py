@@ -1,9 +1,12 @@
 """How runs stop and go on: signals, kill -9 and resume, resumed hyperparameters, timing, bad values."""
+import hashlib
 import json
 import multiprocessing
 import os
 import random
+import shutil
 import signal
+import subprocess
 import sys
 import time
 
@@ -14,8 +17,10 @@ import torch._dynamo  # noqa: F401 (AdamW imports it at first use, seconds: once
 import ablate
 import checkpoint
 import devices
+import prepare_data
 import train
-from test_train import TINY, events, losses, run
+from conftest import error_of
+from test_train import TINY, command, events, losses, run
 
 
 def start(data_dir, out_dir, *args):
@@ -148,17 +153,19 @@ def test_resume_takes_weight_decay_betas_and_fused_from_the_settings(data_dir, t
     for group in ckpt["optimizer"]["param_groups"]:
         group["fused"] = True  # as if saved on a GPU
     torch.save(ckpt, tmp_path / "ckpt.pt")
+    (tmp_path / "ckpt.pt.crc32.json").unlink()  # as another script saves it: no checksums
 
-    settings = [f"--out_dir={tmp_path}", "--init_from=resume", "--weight_decay=0.05", "--beta2=0.5"]
+    settings = [f"--out_dir={tmp_path}", "--init_from=resume", "--weight_decay=0.05", "--beta2=0.5",
+                "--max_iters=3"]
     cfg, ckpt = train.configure(settings)
     proc = devices.Process(rank=0, world=1, device="cpu", dtype="float32", ctx=None, accum=1)
-    optimizer = train.build_model(cfg, ckpt["meta"], ckpt, proc)[3]
+    optimizer = train.build_model(cfg, train.model_config(cfg, ckpt["meta"], ckpt), ckpt, proc)[3]
     decayed, other = optimizer.param_groups  # matrices and embeddings; biases and gains
     assert (decayed["weight_decay"], other["weight_decay"]) == (0.05, 0.0)
     assert all(tuple(g["betas"]) == (0.9, 0.5) and not g["fused"] for g in optimizer.param_groups)
     assert all(state["step"] == 2 for state in optimizer.state.values())  # the moments are the checkpoint's
 
-    run(data_dir, tmp_path, "--max_iters=3", *settings[1:])
+    run(data_dir, tmp_path, *settings[1:])
     saved = json.loads((tmp_path / "config.json").read_text())["config"]
     assert (saved["weight_decay"], saved["beta2"]) == (0.05, 0.5)
     assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["optimizer"]["param_groups"][0]["betas"][1] == 0.5
@@ -210,14 +217,21 @@ def test_a_step_waits_for_the_device_once_and_reads_each_batch_before_the_backwa
 
 # ----------------------------------------------------------------------------------- bad values
 
-@pytest.mark.parametrize("arg, least", [("--eval_interval=0", 1), ("--log_interval=0", 1), ("--eval_iters=0", 1),
-                                        ("--batch_size=0", 1), ("--max_iters=-1", 0), ("--warmup_iters=-5", 0),
-                                        ("--gradient_accumulation_steps=0", 1)])
-def test_values_below_a_settings_least_are_one_line_errors(arg, least):
-    with pytest.raises(SystemExit) as error:
-        train.configure([arg])
-    name, value = arg[2:].split("=")
-    assert str(error.value.code) == f"error: {name} must be at least {least}, got {value} in {arg}"
+@pytest.mark.parametrize("arg, bounds, got", [
+    ("--eval_interval=0", "at least 1", "0"), ("--log_interval=0", "at least 1", "0"),
+    ("--eval_iters=0", "at least 1", "0"), ("--batch_size=0", "at least 1", "0"),
+    ("--max_iters=-1", "at least 0", "-1"), ("--warmup_iters=-5", "at least 0", "-5"),
+    ("--gradient_accumulation_steps=0", "at least 1", "0"), ("--learning_rate=-1", "at least 0", "-1.0"),
+    ("--min_lr=1e999", "at least 0", "inf"), ("--grad_clip=-0.5", "at least 0", "-0.5"),
+    ("--seed=-1", "in [0, 1e19)", "-1"),
+    ("--seed=18446744073709551616", "in [0, 1e19)", "18446744073709551616"),
+    ("--beta1=1.5", "in [0, 1)", "1.5"), ("--beta2=1", "in [0, 1)", "1.0"),
+    ("--wsd_decay_frac=-1", "in [0, 1]", "-1.0"), ("--wsd_decay_frac=1.5", "in [0, 1]", "1.5")])
+def test_values_outside_a_settings_range_are_one_line_errors(arg, bounds, got):
+    """Each setting with a natural range: counts at least 1, fractions in [0, 1], betas in [0, 1), seeds what
+    numpy and torch take; an int where a float goes is checked as well, and inf or nan is never in range."""
+    name = arg[2:].split("=")[0]
+    assert error_of(train.configure, [arg]) == f"error: {name} must be {bounds}, got {got} in {arg}"
 
 
 def test_a_model_setting_is_checked_by_the_model_alone(data_dir, tmp_path):
@@ -244,3 +258,183 @@ def test_repeated_sweep_values_make_one_run_each(tmp_path):
     assert plan["sweep"] == {"geo_alpha": [1.0, 3.0]}
     names = [r["name"] for r in ablate.plan_runs(plan, tmp_path)]
     assert len(names) == len(set(names)) == 2 * (1 + 2)  # seeds x (pre, geonorm x 2 step sizes)
+
+
+# ------------------------------------------------------- nothing changes before every check has passed
+
+def tree(folder):
+    """Every file, link and folder under folder as {path: sha256 and mtime, a link's target, or 'folder'}:
+    equal only when nothing was written, deleted or touched. {} when folder does not exist."""
+    found = {}
+    for path in sorted(folder.rglob("*")) if folder.exists() else []:
+        found[str(path.relative_to(folder))] = (
+            f"-> {os.readlink(path)}" if path.is_symlink() else "folder" if path.is_dir() else
+            (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns))
+    return found
+
+
+@pytest.fixture(scope="module")
+def trained(data_dir, tmp_path_factory, shakespeare_text):
+    """A finished run (4 steps, a checkpoint at 2 and 4) for mistakes to be planted on, and a data_dir holding
+    'tiny' and 'upper', a text of another vocabulary (upper case only)."""
+    root = tmp_path_factory.mktemp("trained")
+    prepare_data.prepare("shakespeare_char", root / "data" / "upper", workers=1,
+                         inputs=[str(write(root / "upper.txt", shakespeare_text[:50_000].upper()))])
+    shutil.copytree(data_dir / "tiny", root / "data" / "tiny")
+    run(root / "data", root / "run", "--max_iters=4", "--eval_interval=2")
+    return root
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+MISTAKES = {  # what is planted: (arguments, what the one line says); resume=True: resuming the trained run
+    "a seed below 0": (["--seed=-1"], "seed must be in [0, 1e19), got -1"),
+    "beta1 of 1.5": (["--beta1=1.5"], "beta1 must be in [0, 1), got 1.5"),
+    "a wsd decay fraction of -1": (["--lr_schedule=wsd", "--wsd_decay_frac=-1"], "wsd_decay_frac must be in [0, 1]"),
+    "a negative learning rate": (["--learning_rate=-1"], "learning_rate must be at least 0"),
+    "a typo": (["--n_layr=3"], "did you mean 'n_layer'?"),
+    "heads that do not divide the width": (["--n_head=3"], "n_embd=32 is not divisible by n_head=3"),
+    "a block longer than the data": (["--block_size=30000"], "shorter than block_size=30000"),
+    "GPT-2 on a character dataset": (["--init_from=gpt2"], "needs a dataset in GPT-2 BPE, and tiny is by"),
+    "nccl on a CPU": (["--device=cpu", "--backend=nccl"], "backend='nccl' runs on CUDA"),
+    "fsdp on nccl on a CPU": (["--device=cpu", "--parallel=fsdp", "--backend=nccl"], "backend='nccl'"),
+    "a GPU that is not there": (["--device=cuda:99"], "device 'cuda:99' is not usable here"),
+    "layer stats under fsdp": (["--parallel=fsdp", "--log_layer_stats=True"], "log_layer_stats needs"),
+    "accumulation that does not split": (["--gradient_accumulation_steps=3"],
+                                         "gradient_accumulation_steps=3 does not split"),
+    "resume: another vocabulary": (["--dataset=upper", "resume"], "but upper has another vocabulary"),
+    "resume: another norm mode": (["--norm_mode=geonorm", "resume"], "norm_mode='geonorm', but the"),
+    "resume: post for pre, the same shapes": (["--norm_mode=post", "resume"], "norm_mode='post', but"),
+    "resume: another depth": (["--n_layer=3", "resume"], "n_layer=3, but the checkpoint in"),
+    "resume: another block family": (["--arch=llama", "resume"], "arch='llama', but the checkpoint in"),
+    "resume: max_iters before the step": (["--max_iters=2", "resume"], "nothing to train: the checkpoint in"),
+    "resume: max_iters at the step": (["--max_iters=4", "resume"], "is at step 4 already, and max_iters=4"),
+    "resume: a bad setting": (["--beta2=2", "resume"], "beta2 must be in [0, 1)"),
+    "resume: the wrong out_dir": (["--out_dir=nowhere", "resume"], "holds no checkpoint"),
+    "an out_dir that is a file": (["--out_dir=run/config.json/x"], "out_dir run/config.json/x is under "),
+}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_a_failed_check_is_one_line_and_leaves_out_dir_as_it_was(trained, mistake, monkeypatch):
+    """Every check comes before anything is written: a mistake in the settings, their ranges, the launch, the
+    accumulation, the data or the resume (from scratch into a run's out_dir, or resuming it) is one line, and
+    every file of out_dir stays as it was: config.json, log.jsonl and its end, the checkpoint."""
+    args, says = MISTAKES[mistake]
+    monkeypatch.setenv("WORLD_SIZE", "2" if "split" in mistake else "1")  # as one of 2 torchrun processes
+    monkeypatch.chdir(trained)  # for out_dir=nowhere
+    before = tree(trained)
+    argv = [f"--data_dir={trained / 'data'}", f"--out_dir={trained / 'run'}", *TINY, "--max_iters=8",
+            *[a for a in args if a != "resume"], *["--init_from=resume"] * ("resume" in args)]
+    assert says in error_of(train.main, argv)
+    assert tree(trained) == before
+
+
+def test_a_mistake_is_one_line_on_stderr_and_exit_1(data_dir, tmp_path):
+    """As a process: the line alone on stderr, no traceback, exit status 1."""
+    for mistake in ("a seed below 0", "fsdp on nccl on a CPU"):
+        result = subprocess.run(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY,
+                                        *MISTAKES[mistake][0]), capture_output=True, text=True, timeout=120)
+        assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith("error: ") and MISTAKES[mistake][1] in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dry_run_checks_everything_and_writes_nothing(trained, tmp_path, monkeypatch, capsys):
+    """dry_run=True: every check of a run, then its plan, and nothing written: not out_dir, not the default
+    dataset; as one of WORLD_SIZE processes (ablate.py sets it), whose default accumulation splits."""
+    args = [f"--data_dir={trained / 'data'}", *TINY, "--dry_run=True"]
+    train.main([*args, f"--out_dir={tmp_path / 'new'}", "--max_iters=10"])
+    assert "= 1 process x 1 micro-batch x 4 x 32" in capsys.readouterr().out
+    assert not (tmp_path / "new").exists()
+    before = tree(trained)
+    train.main([*args, f"--out_dir={trained / 'run'}", "--init_from=resume", "--max_iters=10"])
+    assert capsys.readouterr().out.startswith("dry run: every check passed, nothing written. The run:\n")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    train.main([*args, f"--out_dir={trained / 'run'}", "--init_from=resume", "--max_iters=10",
+                "--gradient_accumulation_steps=None"])
+    assert "= 2 processes x 1 micro-batch x 4 x 32" in capsys.readouterr().out
+    resume = [*args, f"--out_dir={trained / 'run'}", "--init_from=resume"]
+    assert "nothing to train" in error_of(train.main, resume)
+    assert tree(trained) == before
+    train.main([f"--data_dir={tmp_path / 'data'}", f"--out_dir={tmp_path / 'new'}", "--dry_run=True"])
+    assert "the model is counted once the run makes pystdlib" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_max_iters_at_the_checkpoint_of_a_run_that_never_logged_its_end_records_it(trained, tmp_path):
+    """A kill between the last checkpoint and the log's end: the resume has nothing to train but the end to
+    record (and ablate.py takes the run as finished then)."""
+    shutil.copytree(trained / "run", tmp_path / "run", symlinks=True)
+    log = tmp_path / "run" / "log.jsonl"
+    log.write_text("".join(line + "\n" for line in log.read_text().splitlines()[:-1]))
+    run(trained / "data", tmp_path / "run", "--max_iters=4", "--init_from=resume")
+    assert [(e["event"], e["iter"]) for e in events(tmp_path / "run")[-2:]] == [("eval", 4), ("end", 4)]
+
+
+# ------------------------------------------------------------------------------ damaged checkpoints
+
+def flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+DAMAGES = {  # (the run: whole or sharded, what is done to it, the file the line names, what it says)
+    "ckpt.pt, a byte flipped": ("whole", lambda out: flip_a_byte(out / "ckpt.pt"), "ckpt.pt", "is damaged"),
+    "ckpt.pt, cut short": ("whole", lambda out: os.truncate(out / "ckpt.pt", 1000), "ckpt.pt", "has 1000"),
+    "its checksums, not JSON": ("whole", lambda out: write(out / "ckpt.pt.crc32.json", "{"),
+                                "ckpt.pt.crc32.json", "is not a checksum record"),
+    "a .distcp file, a byte flipped": ("sharded", lambda out: flip_a_byte(out / "ckpt" / "__0_0.distcp"),
+                                       "ckpt/__0_0.distcp", "is damaged"),
+    "a .distcp file, gone": ("sharded", lambda out: (out / "ckpt" / "__0_0.distcp").unlink(),
+                             "ckpt/__0_0.distcp", "is missing"),
+    ".metadata, emptied": ("sharded", lambda out: write(out / "ckpt" / ".metadata", ""), "ckpt/.metadata",
+                           "has 0 bytes"),
+    "run.json, a byte flipped": ("sharded", lambda out: flip_a_byte(out / "ckpt" / "run.json"),
+                                 "ckpt/run.json", "is damaged"),
+    "the ckpt link, its folder gone": ("sharded", lambda out: shutil.rmtree(out / "ckpt-4"), "ckpt",
+                                       "is a dangling link"),
+}
+
+
+@pytest.fixture(scope="module")
+def both_kinds(trained):
+    """The trained run's whole checkpoint, and the same run trained sharded (fsdp, one process)."""
+    run(trained / "data", trained / "sharded", "--max_iters=4", "--eval_interval=2", "--parallel=fsdp")
+    return dict(whole=trained / "run", sharded=trained / "sharded")
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_checkpoint_is_one_line_naming_the_file_on_resume_and_on_load(both_kinds, damage, tmp_path):
+    """Checksums recorded at every save are checked at every read, before any tensor is: a byte flipped, a
+    file cut short, missing or emptied, or a dangling link is one line naming the file, for train.py's resume
+    and for checkpoint.load_model (sample.py, eval.py), and the run's folder stays as it was."""
+    kind, do, name, says = DAMAGES[damage]
+    out = tmp_path / kind
+    shutil.copytree(both_kinds[kind], out, symlinks=True)
+    do(out)
+    before = tree(out)
+    resume = ["--max_iters=8", "--init_from=resume", f"--parallel={'fsdp' if kind == 'sharded' else 'ddp'}"]
+    for error in (error_of(run, both_kinds["whole"].parent / "data", out, *resume),
+                  error_of(checkpoint.load_model, str(out), "cpu")):
+        assert error.startswith(f"error: {out / name} {says}")
+    assert tree(out) == before
+
+
+def test_a_checkpoint_without_checksums_loads_with_a_notice(both_kinds, tmp_path, capsys):
+    """As an older normgpt saved it: it loads unchecked, saying so in one line; the next save records them."""
+    for kind, name in (("whole", "ckpt.pt"), ("sharded", "ckpt")):
+        out = tmp_path / kind
+        shutil.copytree(both_kinds[kind], out, symlinks=True)
+        checkpoint.sums_path(out / name).unlink()
+        checkpoint.load_model(str(out), "cpu")
+        assert capsys.readouterr().err == f"notice: {out / name} has no checksums " \
+            f"({checkpoint.sums_path(out / name).name}): saved by an older normgpt, so loaded unchecked\n"
+    run(both_kinds["whole"].parent / "data", tmp_path / "whole", "--max_iters=6", "--init_from=resume")
+    capsys.readouterr()
+    checkpoint.load_model(str(tmp_path / "whole"), "cpu")
+    assert capsys.readouterr().err == ""

@@ -54,8 +54,11 @@ def command(*args):
     return [sys.executable, os.path.join(ROOT, "train.py"), *args]
 
 
-def test_a_tiny_run_learns_and_writes_a_valid_log_and_checkpoint(data_dir, tmp_path):
+def test_a_tiny_run_learns_and_writes_a_valid_log_and_checkpoint(data_dir, tmp_path, capsys):
     log = run(data_dir, tmp_path, "--max_iters=30", "--learning_rate=1e-2")
+    out = capsys.readouterr().out  # one process, one micro-batch, no compiling on a CPU
+    assert "128 tokens per step = 1 process x 1 micro-batch x 4 x 32" in out
+    assert "(step 1 untimed: warming up)" in out
     evals = [e for e in log if e["event"] == "eval"]
     assert [e["iter"] for e in evals] == [0, 5, 10, 15, 20, 25, 30]
     assert evals[-1]["val_loss"] < evals[0]["val_loss"] - 0.5  # from ~ln(62) = 4.1 to well below
@@ -326,6 +329,7 @@ def test_a_checkpoint_from_a_compiled_model_loads(data_dir, tmp_path, monkeypatc
     # a checkpoint whose keys carry the wrappers' prefixes, as other scripts write them, resumes too
     ckpt["model"] = {f"module._orig_mod.{k}": v for k, v in ckpt["model"].items()}
     torch.save(ckpt, tmp_path / "ckpt.pt")
+    (tmp_path / "ckpt.pt.crc32.json").unlink()  # as another script saves it: no checksums
     run(data_dir, tmp_path, "--max_iters=5", "--init_from=resume")
     assert [i for i, _ in losses(tmp_path)] == list(range(1, 6))
 
@@ -382,7 +386,7 @@ def test_the_125m_configs_differ_only_in_norm_mode_and_simplenorm_lr():
         assert differ <= {"norm_mode", "out_dir"} | ({"learning_rate", "min_lr"} if m == "simplenorm" else set()), m
     pre = types.SimpleNamespace(**cfgs["pre"])
     assert (pre.n_layer, pre.n_head, pre.n_embd, pre.block_size, pre.max_iters) == (12, 12, 768, 512, 50_000)
-    assert [train.accumulation_steps(pre, world) for world in (8, 4, 1)] == [1, 2, 8]  # 131,072 tokens per step
+    assert [devices.accumulation_steps(pre, world) for world in (8, 4, 1)] == [1, 2, 8]  # 131,072 tokens
     assert (cfgs["simplenorm"]["learning_rate"], cfgs["simplenorm"]["min_lr"]) == (1.8e-3, 1.8e-4)
 
 
@@ -398,4 +402,4 @@ def test_the_llama_1b_configs_are_simplegpts_settings_and_differ_only_in_norm_mo
     assert (c.learning_rate, c.weight_decay, c.beta2, c.grad_clip) == (2e-3, 0.1, 0.95, 1.0)
     lrs = [train.get_lr(step, c) for step in (0, 1999, 2000, 101_000, 200_000)]  # warmup, then linear to 0
     assert lrs == pytest.approx([2e-3 / 2001, 2e-3 * 2000 / 2001, 2e-3, 1e-3, 0.0])
-    assert train.accumulation_steps(c, 8) == 2  # 16 sequences of 512 per GPU, 2 micro-batches, 8 GPUs
+    assert devices.accumulation_steps(c, 8) == 2  # 16 sequences of 512 per GPU, 2 micro-batches, 8 GPUs
