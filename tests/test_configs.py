@@ -100,4 +100,5 @@ def test_the_depth_ladder_is_the_lab_at_four_depths_one_token_budget_and_three_s
     assert len(runs) == 13 * 4 + 13 * 2  # one seed at each depth, two more at 16
     assert {r["seed"] for r in runs if r["sweep"]["n_layer"] == 16} == {1, 2, 3}
     assert {r["seed"] for r in runs if r["sweep"]["n_layer"] < 16} == {1}
-    assert not any({"max_iters", "batch_size", "block_size"} & set(r["settings"]) for r in runs)  # one budget
+    budget = {tuple(r["settings"].get(k, b[k]) for k in ("max_iters", "batch_size", "block_size")) for r in runs}
+    assert budget == {(2000, 16, 64)}  # one token budget at every depth: the lab's
