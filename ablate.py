@@ -298,7 +298,24 @@ def summarize(runs, plan):
             if scored:
                 mean, std = mean_std([s["value"] for s in scored])
                 g["tasks"][task] = dict(metric=scored[0]["metric"], mean=mean, std=std, runs=len(scored))
+    for g in groups.values():
+        g["gap"] = gap_to_pre(g, groups.values(), plan)
     return list(groups.values())
+
+
+def gap_to_pre(g, groups, plan):
+    """g's final val loss less pre's of the same seed, at the same sweep point and learning rate (pre's own for
+    a tripled simplenorm): mean and std over the seeds both finished, and their number; None for pre itself or
+    where no such pre finished. Seeds move every mode alike, so the same-seed gap is the sharper comparison."""
+    lr = plan["base"]["learning_rate"] if g["tripled"] else g["lr"]
+    point = {k: v for k, v in g["sweep"].items() if varies(k, "pre")}
+    ref = next((p for p in groups if p["mode"] == "pre" and p["sweep"] == point and f"{p['lr']:g}" == f"{lr:g}"),
+               None)
+    if g["mode"] == "pre" or ref is None:
+        return None
+    pre = {r["seed"]: r["final_val_loss"] for r in ref["runs"] if r["status"] == "finished"}
+    gaps = [r["final_val_loss"] - pre[r["seed"]] for r in g["runs"] if r["status"] == "finished" and r["seed"] in pre]
+    return dict(zip(("mean", "std"), mean_std(gaps)), seeds=len(gaps)) if gaps else None
 
 
 # ----------------------------------------------------------------------------------------- main

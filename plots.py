@@ -232,13 +232,20 @@ def minutes(seconds):
     return "—" if seconds is None else f"{seconds:.0f} s" if seconds < 100 else f"{seconds / 60:.1f} min"
 
 
+def gap_cell(gap):
+    """A same-seed gap to pre for a table: +0.0123 ± 0.0040 (3), or — (pre, or no pre to compare with)."""
+    if gap is None:
+        return "—"
+    return f"{gap['mean']:+.4f}" + (f" ± {gap['std']:.4f} ({gap['seeds']})" if gap["seeds"] > 1 else "")
+
+
 def table(groups):
     """results.md's table: a row per group, its settings the entry's own and its sweep point, its time the wall
     time of one run (mean over seeds); a column per eval task, headed by the metric that sums it up."""
     metrics = {t: s["metric"] for g in groups for t, s in g["tasks"].items()}  # task -> metric, first seen first
-    rows = ["| mode | settings | lr | seeds | final val loss | best val loss | diverged | tokens/s | time/run |"
-            + "".join(f" {task} {metric} |" for task, metric in metrics.items()),
-            "|---|---|---|---|---|---|---|---|---|" + "---|" * len(metrics)]
+    rows = ["| mode | settings | lr | seeds | final val loss | − pre, same seed | best val loss | diverged | tokens/s |"
+            " time/run |" + "".join(f" {task} {metric} |" for task, metric in metrics.items()),
+            "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(metrics)]
     for g in groups:
         seeds, (mean, std) = g["finished"] + g["diverged"], g["final_val_loss"] or (None, None)
         final = (("diverged" if g["diverged"] else "failed") if mean is None
@@ -249,7 +256,8 @@ def table(groups):
         settings = " ".join(f"{k}={v}" for k, v in (g["own"] | g["sweep"]).items()) or "—"
         lr = f"{g['lr']:g}" + (" (3×)" if g["tripled"] else "")
         scores = "".join(f" {score_cell(g['tasks'].get(task))} |" for task in metrics)
-        rows.append(f"| {g['mode']} | {settings} | {lr} | {seeds} | {final} | {best} | {diverged} | {speed} | "
+        rows.append(f"| {g['mode']} | {settings} | {lr} | {seeds} | {final} | {gap_cell(g['gap'])} | {best} | "
+                    f"{diverged} | {speed} | "
                     f"{minutes(g['seconds'])} |{scores}")
     return "\n".join(rows)
 

@@ -22,7 +22,8 @@ from model import NORM_MODES
 TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
         "--eval_iters=2", "--eval_interval=5", "--log_interval=5", "--warmup_iters=2", "--max_iters=10",
         "--learning_rate=3e-3", "--seeds=1"]
-COLUMNS = ["mode", "settings", "lr", "seeds", "final val loss", "best val loss", "diverged", "tokens/s", "time/run"]
+COLUMNS = ["mode", "settings", "lr", "seeds", "final val loss", "− pre, same seed", "best val loss", "diverged",
+           "tokens/s", "time/run"]
 PLOTS = ["val_loss.png", "lr.png", "grad_norm.png", "resid_rms.png", "angle.png"]
 
 
@@ -74,6 +75,33 @@ def test_an_ablation_of_every_mode_trains_each_run_and_tables_its_final_val_loss
     groups = json.loads((root / "results.json").read_text())["groups"]
     assert [(g["mode"], g["finished"], g["diverged"]) for g in groups] == [(mode, 1, 0) for mode in ENTRIES]
     assert groups[0]["final_val_loss"][0] == pytest.approx(float(rows[0]["final val loss"].split()[0]), abs=1e-4)
+
+
+def test_the_gap_to_pre_is_each_runs_final_loss_less_pres_from_the_logs(ablation):
+    _, root, _ = ablation
+    final = {row["mode"]: log_events(root / f"{row['mode']}_lr0.003_s1")[-1]["final_val_loss"]
+             for row in table_rows((root / "results.md").read_text())}
+    for row in table_rows((root / "results.md").read_text()):
+        gap = "—" if row["mode"] == "pre" else f"{final[row['mode']] - final['pre']:+.4f}"
+        assert row["− pre, same seed"] == gap, row["mode"]
+
+
+def test_the_gap_to_pre_pairs_seeds_and_takes_pre_at_the_base_lr_for_a_tripled_simplenorm():
+    """Seeds pair by number (a seed pre lacks is left out); simplenorm at 3x compares with pre at the base rate,
+    a run at another rate of an lr sweep with pre at that rate; a sweep key of another mode is not pre's point."""
+    plan = dict(base=dict(learning_rate=1e-3))
+    run = lambda seed, loss, status="finished": dict(seed=seed, final_val_loss=loss, status=status)
+    group = lambda mode, lr, runs, tripled=False, sweep={}: dict(mode=mode, lr=lr, runs=runs, tripled=tripled,
+                                                                sweep=sweep)
+    pre = [group("pre", 1e-3, [run(1, 2.0), run(2, 3.0), run(3, 9.0, "failed")]),
+           group("pre", 3e-3, [run(1, 5.0), run(2, 5.0)])]
+    simple = group("simplenorm", 3e-3, [run(1, 2.5), run(2, 3.1), run(3, 1.0), run(4, 1.0)], tripled=True)
+    mean, std = ablate.mean_std([2.5 - 2.0, 3.1 - 3.0])
+    assert ablate.gap_to_pre(simple, pre + [simple], plan) == dict(mean=mean, std=std, seeds=2)
+    geo = group("geonorm", 3e-3, [run(1, 4.0)], sweep={"geo_alpha": 3.0})
+    assert ablate.gap_to_pre(geo, pre + [geo], plan) == dict(mean=-1.0, std=0.0, seeds=1)
+    wide = group("geonorm", 1e-3, [run(1, 4.0)], sweep={"n_embd": 64})  # pre has no n_embd 64 here
+    assert ablate.gap_to_pre(wide, pre + [wide], plan) is None and ablate.gap_to_pre(pre[0], pre, plan) is None
 
 
 def test_a_preset_runs_as_the_settings_it_names(ablation):
@@ -429,6 +457,10 @@ def test_a_size_sweep_tables_loss_and_time_per_size_and_draws_loss_against_size_
     loss = {(g["mode"], g["sweep"]["n_layer"]): g["final_val_loss"] for g in groups}
     assert pre == f"| pre | {loss['pre', 1][0]:.4f} | {loss['pre', 2][0]:.4f} ± {loss['pre', 2][1]:.4f} (2) |"
     assert peri.startswith("| peri | ") and per_run.startswith("| time per run | ") and total.count(" s |") == 2
+    final = {(r["name"]): log_events(root / r["name"])[-1]["final_val_loss"] for g in groups for r in g["runs"]}
+    gaps = [final[f"peri_lr0.003_s{s}_n_layer2"] - final[f"pre_lr0.003_s{s}_n_layer2"] for s in (1, 2)]
+    [peri2] = [g for g in groups if g["mode"] == "peri" and g["sweep"]["n_layer"] == 2]
+    assert peri2["gap"] == dict(zip(("mean", "std"), plots.mean_std(gaps)), seeds=2)
     params = {(g["mode"], g["sweep"]["n_layer"]): g["params"] for g in groups}
     assert params["pre", 2] - params["pre", 1] == 12 * 32 ** 2 + 2 * 32  # a block: 12d² weights, 2 LayerNorms
     assert params["peri", 1] - params["pre", 1] == 2 * 32 + 32  # sandwich's 2 output norms, ln_emb
