@@ -2,6 +2,7 @@
 Ablate the norm modes: train.py once per (mode, learning rate, seed, sweep point), then tables and plots.
 
     python ablate.py configs/ablate_shakespeare_char.py                # six modes, one seed, ~12 min on 2 cores
+    python ablate.py configs/ablate_depth_char.py                      # every mode and preset at 2 to 16 blocks
     python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3  # the same runs are skipped, two more seeds
     python ablate.py configs/ablate_geonorm.py                         # pre vs geonorm's step size, decay and clamp
     python ablate.py CONFIG.py --modes=pre,geonorm --lrs=1e-3,3e-3 --sweep=geo_alpha=1,3,10 --max_iters=500
@@ -9,17 +10,19 @@ Ablate the norm modes: train.py once per (mode, learning rate, seed, sweep point
 
 A config file is a train.py config plus optional `ablate_<name> = ...` lines for ablate.py's own settings,
 which the command line sets as --<name>=..., and --sweep=key=v1,v2 once per key (--help lists both kinds).
-
-A value repeated in modes, seeds, lrs or a sweep (--seeds=1,1, --lrs=1e-3,0.001) is run once.
+A value repeated in modes, seeds, lrs or a sweep (--seeds=1,1, --lrs=1e-3,0.001) is run once. configurator.PRESETS
+(peri, dyt) are entries beside the modes, named, coloured and tabled as such; modes=all runs every one. A sweep of
+a size (n_layer, n_embd) draws final val loss against it and the parameters, and per-block figures at each size.
 
 Every other setting, from a config file or --key=value, is passed to each run of train.py as --key=value;
 the ablate_* lines are not, so train.py still rejects unknown settings. Per run ablate.py sets norm_mode,
-learning_rate, seed, out_dir, min_lr (at the config's ratio to learning_rate) and log_layer_stats=True
-(unless told otherwise), and trains in out_dir/ablate/<mode>_lr<lr>_s<seed>[_<key><value>...]. A run whose
-log.jsonl ends finished or diverged is skipped and one with a checkpoint resumes: run the same command again
-to finish a stopped ablation; delete a run's folder to train it again. A run whose eval.json holds the same
-eval_tasks and eval_limit is not evaluated again. A diverged run (non-finite loss) is a result, tabled and
-plotted as diverged. out_dir/ablate gets results.md, results.json and the plots.
+learning_rate, seed, out_dir, min_lr (at the config's ratio to learning_rate), log_layer_stats=True (unless
+told otherwise) and the entry's own settings (its preset's, then entry_settings), and trains in out_dir/
+ablate/<mode>_lr<lr>_s<seed>[_<key><value>...]. A run whose log.jsonl ends finished or diverged is skipped and
+one with a checkpoint resumes: run the same command again to finish a stopped ablation; delete a run's folder
+to train it again. A run whose eval.json holds the same eval_tasks and eval_limit is not evaluated again. A
+diverged run (non-finite loss) is a result, tabled and plotted as diverged. out_dir/ablate gets results.md
+(with each run's wall time), results.json and the plots.
 
 Before any run starts, eval.py loads the eval tasks and train.py checks each run's settings (both --dry_run):
 a mistake is one line, with nothing trained. A run that fails or is not evaluated makes the exit status 1.
@@ -38,21 +41,23 @@ from pathlib import Path
 
 import checkpoint
 import configurator
-from model import NORM_MODES
-from plots import MODE_OF_PREFIX, mean_std, plot_all, table
+from plots import MODE_OF_PREFIX, SIZES, mean_std, non_embedding_params, plot_all, results_text, table
 from data import atomic_write, run_cli
 
 # settings: the assignments between the two rulers, read by configurator.py (python ablate.py --help);
 # the command line sets ablate_<name> as --<name>=...
 # --------------------------------------------------------------------------------------------------
-ablate_modes: str | list = "all"  # the norm modes: all, or some by commas (pre,geonorm)
+ablate_modes: str | list = "all"  # the norm modes and presets: all, or some by commas (pre,geonorm,peri)
 ablate_seeds: list | tuple | int | None = None  # a run per seed (1,2,3), tabled as mean ± std; None: seed
+ablate_seeds_at = {}  # {sweep key: values}: the seeds after the first only at those points ({"n_layer": 16})
 # a run per learning rate (3e-4,1e-3); None: learning_rate, and 3x it for simplenorm, whose paper trains
 # at 3x the baseline's rate (NORM_MODES §7.2)
 ablate_lrs: list | tuple | float | None = None
 # a grid over train.py settings, {key: [values]}; each --sweep=key=v1,v2 sets one key. geo_*, sandwich_*
 # and simplenorm_* keys vary only their own mode (pre runs once beside a geo_alpha sweep); others every mode
 ablate_sweep = {}
+# {mode or preset: {train.py setting: value}}, an entry's own, over the config's (not the sweep's)
+ablate_entry_settings = {}  # {"post": {"tie_embeddings": False}}
 ablate_nproc = 1  # processes per run: more than 1 launches train.py through torchrun
 ablate_jobs = 1  # runs at once, the CPU's threads split among them
 # after training, score each finished run with eval.py on these lm-eval tasks (hellaswag,piqa), tabled as
@@ -120,33 +125,42 @@ def configure(argv):
     evaluation = {k.removeprefix("ablate_eval_"): own[k]
                   for k in ("ablate_eval_tasks", "ablate_eval_limit", "ablate_eval_include_path")}
     given = {k: v for k, v in given.items() if not k.startswith("ablate_")}
-    return dict(modes=configurator.parse_modes(own["ablate_modes"], NORM_MODES), seeds=seeds, lrs=lrs,
-                eval=evaluation, figures=own["ablate_figures"], sweep=sweep, nproc=own["ablate_nproc"],
-                jobs=own["ablate_jobs"], given={"log_layer_stats": True} | given, base=base)
+    entry = {name: {k: configurator.checked(k, v, settings, f"entry_settings of {name}") for k, v in values.items()}
+             for name, values in own["ablate_entry_settings"].items() if configurator.parse_modes([name])}
+    if per_run := {k for values in entry.values() for k in values} & set(PER_RUN) - {"min_lr"}:
+        sys.exit(f"error: ablate.py sets {', '.join(per_run)} per run: use --lrs, not entry_settings")
+    return dict(modes=configurator.parse_modes(own["ablate_modes"]), seeds=seeds, lrs=lrs, entry=entry,
+                seeds_at={k: listed(v) for k, v in own["ablate_seeds_at"].items()}, eval=evaluation,
+                figures=own["ablate_figures"], sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"],
+                given={"log_layer_stats": True} | given, base=base)
 
 
 def varies(key, mode):
-    """Whether sweeping key varies mode: geo_* keys only vary geonorm, and so on; other keys vary every mode."""
-    return next((m for prefix, m in MODE_OF_PREFIX.items() if key.startswith(prefix)), mode) == mode
+    """Whether sweeping key varies entry mode: geo_* keys only vary geonorm, sandwich_* sandwich and peri, dyt_*
+    dyt, and so on; other keys vary every entry."""
+    owner = next((m for prefix, m in MODE_OF_PREFIX.items() if key.startswith(prefix)), mode)
+    return owner in (mode, configurator.entry_settings(mode)["norm_mode"])
 
 
 def plan_runs(plan, root):
-    """One run per seed, mode, learning rate and point of the mode's sweep grid, seed outermost (so the
-    first seed's table fills first); a run is its name, its group (the name less the seed) and settings."""
-    ratio = plan["base"]["min_lr"] / plan["base"]["learning_rate"]
-    runs = []
+    """One run per seed, entry, learning rate and point of its sweep grid (the seeds after the first only at the
+    points of seeds_at), seed outermost (so the first seed's table fills first); a run is its name, its group
+    (the name less the seed) and settings: the config's, ablate.py's per run, the entry's, the sweep point's."""
+    ratio, seeds_at, runs = plan["base"]["min_lr"] / plan["base"]["learning_rate"], plan["seeds_at"].items(), []
     for seed, mode in itertools.product(plan["seeds"], plan["modes"]):
-        keys = [k for k in plan["sweep"] if varies(k, mode)]
+        keys, own = [k for k in plan["sweep"] if varies(k, mode)], plan["entry"].get(mode, {})
         tripled = plan["lrs"] is None and mode == "simplenorm"  # SimpleGPT trains at 3x the baseline's lr
         for lr in plan["lrs"] or [plan["base"]["learning_rate"] * (3 if tripled else 1)]:
             lr = float(f"{lr:.6g}")  # 3 * 6e-4 is 0.0018, not 0.0018000000000000002
             for point in itertools.product(*(plan["sweep"][k] for k in keys)):
                 sweep, suffix = dict(zip(keys, point)), "".join(f"_{k}{v}" for k, v in zip(keys, point))
+                if seed != plan["seeds"][0] and any(sweep.get(k, v[0]) not in v for k, v in seeds_at):
+                    continue  # seeds_at: the first seed only, here
                 name = f"{mode}_lr{lr:g}_s{seed}{suffix}"
+                settings = plan["given"] | dict(learning_rate=lr, min_lr=float(f"{lr * ratio:.6g}"), seed=seed,
+                                                out_dir=str(root / name)) | configurator.entry_settings(mode)
                 runs.append(dict(name=name, group=f"{mode}_lr{lr:g}{suffix}", mode=mode, lr=lr, tripled=tripled,
-                                 seed=seed, sweep=sweep, dir=root / name, settings=plan["given"] | sweep | dict(
-                                     norm_mode=mode, learning_rate=lr, min_lr=float(f"{lr * ratio:.6g}"),
-                                     seed=seed, out_dir=str(root / name))))
+                                 seed=seed, sweep=sweep, own=own, dir=root / name, settings=settings | own | sweep))
     return runs
 
 
@@ -163,7 +177,9 @@ def read_log(folder):
     status = end["status"] if end else "failed"
     if status == "finished" and evals and not math.isfinite(evals[-1][1]):
         status = "diverged"  # a finite training loss, but not the evaluation's
+    timing = folder / "seconds.json"  # train.py's wall time in all sittings, kept by execute
     return dict(status=status, iter=end and end["iter"], evals=evals,
+                seconds=json.loads(timing.read_text())["seconds"] if timing.exists() else None,
                 stats=[e for e in events if e["event"] == "layer_stats"],
                 final_val_loss=evals[-1][1] if evals else None,
                 best_val_loss=min((loss for _, loss in evals), default=None),
@@ -228,9 +244,13 @@ def execute(run, nproc, env, evaluation):
         args = train_args(run)
         what = "resumed" if "--init_from=resume" in args else "ran"
         run["dir"].mkdir(parents=True, exist_ok=True)
-        with open(run["dir"] / "train.log", "a") as out:  # train.py's output, kept out of the progress lines
-            subprocess.run([sys.executable, *launcher, TRAIN, *args], stdout=out, stderr=subprocess.STDOUT,
-                           env=env)
+        before = read_log(run["dir"])["seconds"] or 0.0
+        try:
+            with open(run["dir"] / "train.log", "a") as out:  # train.py's output, kept out of the progress lines
+                subprocess.run([sys.executable, *launcher, TRAIN, *args], stdout=out, stderr=subprocess.STDOUT,
+                               env=env)
+        finally:  # a stopped sitting's time counts too
+            atomic_write(run["dir"] / "seconds.json", json.dumps(dict(seconds=before + time.time() - t0)).encode())
     finished = read_log(run["dir"])["status"] == "finished"
     if evaluation["tasks"] and finished and not evaluated(run["dir"], evaluation):
         args = [f"--out_dir={run['dir']}"] + [f"--{k}={v}" for k, v in evaluation.items() if v]
@@ -252,13 +272,14 @@ def progress_line(i, n, run, what, seconds):
 
 # -------------------------------------------------------------------------------------- results
 
-def summarize(runs, evaluation):
+def summarize(runs, plan):
     """The runs' logs and eval tasks' scores folded over seeds: one dict per group, in the order the groups
-    were planned."""
-    groups = {}
+    were planned; in a size sweep with each group's non-embedding parameters."""
+    groups, evaluation, sized = {}, plan["eval"], any(k in SIZES for k in plan["sweep"])
     for run in runs:
-        g = groups.setdefault(run["group"], dict(group=run["group"], mode=run["mode"], lr=run["lr"], runs=[],
-                                                 tripled=run["tripled"], sweep=run["sweep"]))
+        params = non_embedding_params(run["settings"], plan) if sized and run["group"] not in groups else None
+        g = groups.setdefault(run["group"], {k: run[k] for k in ("group", "mode", "lr", "tripled", "sweep", "own")}
+                              | dict(runs=[], params=params))
         path = run["dir"] / "eval.json"
         scores = json.loads(path.read_text())["scores"] if evaluated(run["dir"], evaluation) else {}
         g["runs"].append(dict(name=run["name"], seed=run["seed"], scores=scores, **read_log(run["dir"])))
@@ -268,39 +289,40 @@ def summarize(runs, evaluation):
         g["diverged"] = sum(r["status"] == "diverged" for r in g["runs"])
         g["final_val_loss"] = mean_std([r["final_val_loss"] for r in done]) if done else None
         g["best_val_loss"] = statistics.fmean(r["best_val_loss"] for r in done) if done else None
-        speeds = [r["tokens_per_s"] for r in done if r["tokens_per_s"]]
+        speeds, times = ([r[k] for r in done if r[k]] for k in ("tokens_per_s", "seconds"))
         g["tokens_per_s"] = statistics.fmean(speeds) if speeds else None
+        g["seconds"] = statistics.fmean(times) if times else None  # a run's wall time, mean over seeds
         g["tasks"] = {}
         for task in filter(None, evaluation["tasks"].split(",")):
             scored = [r["scores"][task] for r in done if r["scores"].get(task, {}).get("value") is not None]
             if scored:
                 mean, std = mean_std([s["value"] for s in scored])
                 g["tasks"][task] = dict(metric=scored[0]["metric"], mean=mean, std=std, runs=len(scored))
+    for g in groups.values():
+        g["gap"] = gap_to_pre(g, groups.values(), plan)
     return list(groups.values())
 
 
-def write_results(groups, plan, root, argv, pngs):
-    ranked = sorted((g for g in groups if g["final_val_loss"]), key=lambda g: g["final_val_loss"][0])
-    order = " < ".join(f"{g['group']} {g['final_val_loss'][0]:.4f}" for g in ranked)
-    tasks = (" Eval tasks (eval.py, lm-eval): acc_norm where the task has it, else acc, mean ± std over the"
-             " seeds that finished." if plan["eval"]["tasks"] else "")
-    text = (f"# Ablation\n\n`python ablate.py {' '.join(argv)}`\n\nFinal val loss: at the last step, mean ± std "
-            f"over the seeds that finished; best: the lowest evaluation, mean over them.{tasks}\n\n"
-            f"{table(groups)}\n\nLowest final val loss first: {order or 'none finished'}\n\n"
-            + "".join(f"![{p}]({p})\n" for p in pngs))
-    root.mkdir(parents=True, exist_ok=True)
-    atomic_write(root / "results.md", text.encode())
-    plan = {k: v for k, v in plan.items() if k != "base"}
-    atomic_write(root / "results.json",
-                 json.dumps(dict(plan=plan, groups=groups), indent=1, default=str).encode())
-    return text
+def gap_to_pre(g, groups, plan):
+    """g's final val loss less pre's of the same seed, at the same sweep point and learning rate (pre's own for
+    a tripled simplenorm): mean and std over the seeds both finished, and their number; None for pre itself or
+    where no such pre finished. Seeds move every mode alike, so the same-seed gap is the sharper comparison."""
+    lr = plan["base"]["learning_rate"] if g["tripled"] else g["lr"]
+    point = {k: v for k, v in g["sweep"].items() if varies(k, "pre")}
+    ref = next((p for p in groups if p["mode"] == "pre" and p["sweep"] == point and f"{p['lr']:g}" == f"{lr:g}"),
+               None)
+    if g["mode"] == "pre" or ref is None:
+        return None
+    pre = {r["seed"]: r["final_val_loss"] for r in ref["runs"] if r["status"] == "finished"}
+    gaps = [r["final_val_loss"] - pre[r["seed"]] for r in g["runs"] if r["status"] == "finished" and r["seed"] in pre]
+    return dict(zip(("mean", "std"), mean_std(gaps)), seeds=len(gaps)) if gaps else None
 
 
 # ----------------------------------------------------------------------------------------- main
 
 def draw_figures(runs, plan, root):
     """--figures=DIR: the figures of the runs that have finished, drawn into DIR without training."""
-    groups = summarize(runs, plan["eval"])
+    groups = summarize(runs, plan)
     if not any(g["finished"] or g["diverged"] for g in groups):
         sys.exit(f"error: no run of this ablation has finished in {root}: "
                  f"give the config, settings and --out_dir it ran with")
@@ -335,8 +357,13 @@ def main(argv=None):
         except KeyboardInterrupt:  # the runs got the signal too: they save a checkpoint and stop
             pool.shutdown(cancel_futures=True)
             raise KeyboardInterrupt("run the same command again to go on")
-    groups = summarize(runs, plan["eval"])
-    print(write_results(groups, plan, root, argv, plot_all(groups, plan, root)))
+    groups = summarize(runs, plan)
+    root.mkdir(parents=True, exist_ok=True)
+    text = results_text(groups, plan, argv, plot_all(groups, plan, root))
+    atomic_write(root / "results.md", text.encode())
+    shown = {k: v for k, v in plan.items() if k != "base"}
+    atomic_write(root / "results.json", json.dumps(dict(plan=shown, groups=groups), indent=1, default=str).encode())
+    print(text)
     failed = [r["name"] for g in groups for r in g["runs"] if r["status"] not in ("finished", "diverged")]
     unscored = [r["name"] for g in groups for r in g["runs"]
                 if plan["eval"]["tasks"] and r["status"] == "finished" and not r["scores"]]

@@ -1,12 +1,15 @@
 """
-Speed and memory of every norm mode, measured in one process and reported as ratios to `pre`.
+Speed and memory of every norm mode and preset (peri, dyt), measured in one process and reported as ratios
+to `pre`.
 
     python bench.py                                    # 6 layers, 384 wide, block 256, batch 8, vocab 65
     python bench.py configs/geonorm_125m.py --device=cuda --compile=on   # GPT-2 small, vocab 50304
-    python bench.py --modes=pre,geonorm --steps=20 --json
+    python bench.py --modes=pre,geonorm,peri --steps=20 --json
     python bench.py --arch=llama --compile=on         # the llama block: ratios to llama's pre
 
-A training step is forward, backward, clipping and the AdamW update, on random tokens. The modes take
+A training step is forward, backward, clipping, the AdamW update and ngpt's projection of its weights
+(GPT.normalize_weights, as train.py runs it after each step; nothing in the other modes), on random tokens.
+A preset is measured as the mode and switches it names (configurator.PRESETS). The modes take
 turns step by step, in an order that rotates every round, so drift on a shared machine hits all of
 them alike; each figure is a median. Peak memory is measured with one mode's model alive at a time:
 CUDA's max allocated during a step (weights, gradients, AdamW state and activations), or on CPU the
@@ -36,14 +39,15 @@ import configurator
 from data import DATASETS, GPT2_META, get_batch, padded_vocab, run_cli, write_shard
 import devices
 import measure
-from model import GPT, NORM_MODES, GPTConfig
+from model import GPT, GPTConfig
 
 TRAIN = Path(__file__).with_name("train.py")  # whose settings bench.py takes
 
 # settings: the assignments between the two rulers, read by configurator.py (python bench.py --help); the
 # command line sets bench_<name> as --<name>=...
 # --------------------------------------------------------------------------------------------------
-bench_modes: str | list = "all"  # the norm modes, by commas (pre,geonorm), or all; pre, the baseline, always
+# the norm modes and presets, by commas (pre,geonorm,peri), or all; pre, the baseline, always
+bench_modes: str | list = "all"
 bench_compile = "both"  # torch.compile the model: on, off, or both (a row each)
 bench_steps = 10  # timed steps per mode
 bench_vocab_size: int | None = None  # the random tokens' vocabulary; None: the dataset's
@@ -58,6 +62,9 @@ block_size = 256
 batch_size = 8
 # --------------------------------------------------------------------------------------------------
 PROMPT = 8  # tokens of the sampling prompt: block_size must leave room after it
+# Each entry compiles GPT.forward anew (dynamo's guards see its mode and switches); past dynamo's default of 8
+# compilations per function the rest would run eager, silently: room for every entry, in both passes
+torch._dynamo.config.recompile_limit = 64
 # train.py's settings that shape what bench.py measures; none of the others do (out_dir, parallel, ...)
 MEASURED = ({f.name for f in dataclasses.fields(GPTConfig)} - {"vocab_size", "norm_mode"}
             | {"seed", "dataset", "batch_size", "learning_rate", "weight_decay", "beta1", "beta2", "device",
@@ -109,7 +116,7 @@ def parse(argv):
                  f"prompt: give at least {PROMPT + 1}")
     own = [name for name in cfg if name.startswith("bench_")]
     args = types.SimpleNamespace(**{name.removeprefix("bench_"): cfg.pop(name) for name in own})
-    modes = configurator.parse_modes(args.modes, NORM_MODES)
+    modes = configurator.parse_modes(args.modes)
     if "pre" not in modes:
         modes.insert(0, "pre")  # the baseline every ratio is taken against
     if args.compile not in ("both", "on", "off"):
@@ -119,8 +126,8 @@ def parse(argv):
         gpt2 = DATASETS.get(cfg["dataset"], ("char",))[0] == "gpt2"
         args.vocab_size = padded_vocab(GPT2_META) if gpt2 else 65
     cfg = types.SimpleNamespace(**cfg)
-    for mode in modes:  # every mode's model settings, checked by GPTConfig.validate before any is built
-        configurator.model_config(types.SimpleNamespace(**{**vars(cfg), "norm_mode": mode}),
+    for mode in modes:  # every entry's model settings, checked by GPTConfig.validate before any is built
+        configurator.model_config(types.SimpleNamespace(**vars(cfg) | configurator.entry_settings(mode)),
                                   dict(vocab_size=args.vocab_size, tokenizer="char"))
     return args, modes, cfg
 
@@ -136,10 +143,10 @@ def rss_kib(field):
 
 
 class Runner:
-    """One mode's model, optimizer and a fixed random batch; step() is one training step."""
+    """One mode's or preset's model, optimizer and a fixed random batch; step() is one training step."""
 
     def __init__(self, mode, cfg, vocab_size, compiled):
-        cfg = types.SimpleNamespace(**{**vars(cfg), "norm_mode": mode})
+        cfg = types.SimpleNamespace(**vars(cfg) | configurator.entry_settings(mode))
         torch.manual_seed(cfg.seed)
         config = configurator.model_config(cfg, dict(vocab_size=vocab_size, tokenizer="char"))  # no padding
         self.model = GPT(config).to(cfg.device)
@@ -157,6 +164,7 @@ class Runner:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
+        self.model.normalize_weights()  # ngpt's projection, as train.py runs it; other modes: nothing
         self.optimizer.zero_grad(set_to_none=True)
         sync(self.cfg.device)
 

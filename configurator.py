@@ -18,7 +18,7 @@ import types
 from pathlib import Path
 
 from data import padded_vocab
-from model import GPTConfig
+from model import NORM_MODES, GPTConfig
 
 RULER = "# " + "-" * 98  # a script's settings are the assignments between the two lines that equal RULER
 LOCAL_GPT2 = "a folder holding a transformers GPT-2 (save_pretrained)"  # init_from may also be one
@@ -128,9 +128,22 @@ def parse_settings(argv, script, ranges=None, passes_on=None, prefix=""):
     return {name: default for name, (default, _) in settings.items()} | given, given
 
 
-def parse_modes(value, known):
-    """A modes setting, all or names by commas (pre,geonorm; a list in a config file), as a list of known modes
-    in order, each once; an unknown one is a one-line error."""
+# The lab's presets: named settings that ablate.py and bench.py run as entries beside the modes, each a
+# placement and the switches that make the scheme (NORM_MODES §13.3, §13.5); an entry's runs and rows bear
+# its name. ENTRIES: every mode, then the presets (what modes=all runs).
+PRESETS = {"peri": dict(norm_mode="sandwich", embed_norm=True),  # Peri-LN: sandwich + a norm on x_0
+           "dyt": dict(norm_mode="pre", norm_type="dyt")}  # DyT: pre with Dynamic Tanh for every norm
+ENTRIES = (*NORM_MODES, *PRESETS)
+
+
+def entry_settings(entry):
+    """The train.py settings that make an entry: a mode's norm_mode, or a preset's settings."""
+    return PRESETS.get(entry, dict(norm_mode=entry))
+
+
+def parse_modes(value, known=ENTRIES):
+    """A modes setting, all or names by commas (pre,geonorm,peri; a list in a config file), as a list of known
+    modes or presets in order, each once; an unknown one is a one-line error."""
     modes = list(known) if value == "all" else value.split(",") if isinstance(value, str) else value
     if unknown := [mode for mode in modes if mode not in known]:
         sys.exit(f"error: unknown mode(s) {', '.join(unknown)}: choose from {', '.join(known)} or all")

@@ -1,17 +1,21 @@
-"""An ablation's figures (ablate.py): validation loss, final loss against learning rate, per-block statistics;
-and results.md's table."""
+"""An ablation's figures (ablate.py): validation loss, final loss against learning rate, per-block statistics,
+and in a sweep of a size final loss against it; and results.md's text and tables."""
 import io
 import json
 import math
 import statistics
+import types
 from pathlib import Path
 
 import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 import PIL.Image
+import torch
 
-from model import NORM_MODES
+import configurator
+from configurator import PRESETS
+from model import GPT, NORM_MODES
 from data import atomic_write
 
 WIDE, TALL = 6.4, 3.6  # inches, before the legend: at 100 dpi about 800 × 400 pixels and 20 KB, for the README
@@ -21,13 +25,16 @@ HOUSE_STYLE = {"savefig.dpi": 100, "figure.constrained_layout.use": True, "axes.
 LINESTYLES = ("-", "--", "-.", ":")
 SHADES = (0.0, 0.45, -0.4, 0.7, -0.65)  # toward white (+) or black (−), for a mode's 5th, 9th, ... variant
 # A colour per mode, by its place in NORM_MODES, the same in every figure: tab10's ten (the first six modes'
-# colours since the first figures), then five of tab20b's darkest, told apart from the shades of the first ten
+# colours since the first figures), then five of tab20b's darkest, told apart from the shades of the first ten.
+# The presets take the last ones, in PRESETS' order (peri dark purple, dyt dark olive: the two of the five
+# furthest from the modes' colours, in CIELAB), so that a mode added later takes a free one and moves none.
 MODE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-               "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173")
+               "#bcbd22", "#17becf", "#393b79", "#8c6d31", "#843c39", "#7b4173", "#637939")
 # The settings that belong to one mode, by their prefix: sweeping one varies only that mode (ablate.py), and
 # a legend names it without the prefix (geonorm alpha=3.0)
 MODE_OF_PREFIX = {"geo_": "geonorm", "sandwich_": "sandwich", "simplenorm_": "simplenorm", "lns_": "lns",
-                  "mixln_": "mixln", "hybrid_": "hybrid"}
+                  "mixln_": "mixln", "hybrid_": "hybrid", "dyt_": "dyt"}
+SIZES = ("n_layer", "n_embd")  # the settings a size sweep varies: its figures plot final loss against them
 PREFIX_OF_MODE = {mode: prefix for prefix, mode in MODE_OF_PREFIX.items()}
 
 
@@ -37,8 +44,9 @@ def mean_std(values):
 
 
 def mode_color(mode):
-    """A mode's colour in every figure of every ablation: MODE_COLORS at the mode's place in NORM_MODES."""
-    return MODE_COLORS[NORM_MODES.index(mode)]
+    """A mode's or preset's colour in every figure of every ablation: MODE_COLORS at the mode's place in
+    NORM_MODES, or a preset's place from the end."""
+    return MODE_COLORS[list(PRESETS).index(mode) - len(PRESETS) if mode in PRESETS else NORM_MODES.index(mode)]
 
 
 def styles(modes):
@@ -54,31 +62,47 @@ def styles(modes):
     return result
 
 
-def label(g, plan, with_lr=True):
-    """A legend entry: the mode, its sweep point (geonorm alpha=3.0, not geo_alpha) and its learning rate
-    unless it is the title's."""
+def label(g, plan, with_lr=True, without=()):
+    """A legend entry: the mode or preset, its sweep point (geonorm alpha=3.0, not geo_alpha) but the keys
+    without, and its learning rate unless it is the title's."""
     other_lr = with_lr and g["lr"] != plan["base"]["learning_rate"]
     lr = [f"lr {g['lr']:g}" + (" (3×)" if g["tripled"] else "")] if other_lr else []
-    sweep = [f"{k.removeprefix(PREFIX_OF_MODE.get(g['mode'], ''))}={v}" for k, v in g["sweep"].items()]
+    sweep = [f"{k.removeprefix(PREFIX_OF_MODE.get(g['mode'], ''))}={v}" for k, v in g["sweep"].items()
+             if k not in without]
     return " ".join([g["mode"], *sweep, *lr])
 
 
 def setting(groups, plan, with_lr=True):
-    """What was trained, for titles: 'shakespeare_char, gpt2 blocks 4 × 128, lr 0.002, 2,000 steps, 3 seeds'."""
-    b = plan["base"]
+    """What was trained, for titles: 'shakespeare_char, gpt2 blocks 4 × 128, lr 0.002, 2,000 steps, 3 seeds';
+    a swept size as its range (blocks 2–16 × 128)."""
+    sizes = {k: sorted({g["sweep"][k] for g in groups if k in g["sweep"]}) for k in SIZES}
+    b = plan["base"] | {k: f"{vs[0]}–{vs[-1]}" if len(vs) > 1 else vs[0] for k, vs in sizes.items() if vs}
     seeds = len({r["seed"] for g in groups for r in g["runs"] if r["status"] in ("finished", "diverged")})
     lr = f"lr {b['learning_rate']:g}, " * with_lr
     return (f"{b['dataset']}, {b.get('arch', 'gpt2')} blocks {b['n_layer']} × {b['n_embd']}, {lr}"
             f"{b['max_iters']:,} steps, {seeds} seed{'s' * (seeds != 1)}")
 
 
+def read_meta(plan):
+    """The dataset's meta.json, or None where it is not."""
+    try:
+        return json.loads((Path(plan["base"]["data_dir"]) / plan["base"]["dataset"] / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def loss_unit(plan):
     """Cross-entropy in nats per character or per token, by the dataset's tokenizer when its meta.json is here."""
-    try:
-        meta = json.loads((Path(plan["base"]["data_dir"]) / plan["base"]["dataset"] / "meta.json").read_text())
-    except (OSError, ValueError):
-        return "nats per token"
-    return "nats per character" if meta.get("tokenizer") == "char" else "nats per token"
+    return "nats per character" if (read_meta(plan) or {}).get("tokenizer") == "char" else "nats per token"
+
+
+def non_embedding_params(settings, plan):
+    """The parameters but the lookups (GPT.get_num_params) of a run's model, built on the meta device; None
+    without the dataset's meta.json."""
+    if not (meta := read_meta(plan)) or "vocab_size" not in meta:
+        return None
+    with torch.device("meta"):  # shapes only: no memory, no init's arithmetic
+        return GPT(configurator.model_config(types.SimpleNamespace(**plan["base"] | settings), meta)).get_num_params()
 
 
 def log_if_wide(ax, values):
@@ -203,12 +227,25 @@ def score_cell(score):
     return f"{score['mean']:.4f}" + (f" ± {score['std']:.4f}" if score["runs"] > 1 else "")
 
 
+def minutes(seconds):
+    """A wall time for a table: 45 s, 12.5 min, or — when none was timed."""
+    return "—" if seconds is None else f"{seconds:.0f} s" if seconds < 100 else f"{seconds / 60:.1f} min"
+
+
+def gap_cell(gap):
+    """A same-seed gap to pre for a table: +0.0123 ± 0.0040 (3), or — (pre, or no pre to compare with)."""
+    if gap is None:
+        return "—"
+    return f"{gap['mean']:+.4f}" + (f" ± {gap['std']:.4f} ({gap['seeds']})" if gap["seeds"] > 1 else "")
+
+
 def table(groups):
-    """results.md's table: a row per group; a column per eval task, headed by the metric that sums it up."""
+    """results.md's table: a row per group, its settings the entry's own and its sweep point, its time the wall
+    time of one run (mean over seeds); a column per eval task, headed by the metric that sums it up."""
     metrics = {t: s["metric"] for g in groups for t, s in g["tasks"].items()}  # task -> metric, first seen first
-    rows = ["| mode | settings | lr | seeds | final val loss | best val loss | diverged | tokens/s |"
-            + "".join(f" {task} {metric} |" for task, metric in metrics.items()),
-            "|---|---|---|---|---|---|---|---|" + "---|" * len(metrics)]
+    rows = ["| mode | settings | lr | seeds | final val loss | − pre, same seed | best val loss | diverged | tokens/s |"
+            " time/run |" + "".join(f" {task} {metric} |" for task, metric in metrics.items()),
+            "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(metrics)]
     for g in groups:
         seeds, (mean, std) = g["finished"] + g["diverged"], g["final_val_loss"] or (None, None)
         final = (("diverged" if g["diverged"] else "failed") if mean is None
@@ -216,25 +253,132 @@ def table(groups):
         best = "—" if g["best_val_loss"] is None else f"{g['best_val_loss']:.4f}"
         diverged = f"{g['diverged']}/{seeds}" if g["diverged"] else "no"
         speed = "—" if g["tokens_per_s"] is None else f"{g['tokens_per_s']:,.0f}"
-        settings = " ".join(f"{k}={v}" for k, v in g["sweep"].items()) or "—"
+        settings = " ".join(f"{k}={v}" for k, v in (g["own"] | g["sweep"]).items()) or "—"
         lr = f"{g['lr']:g}" + (" (3×)" if g["tripled"] else "")
         scores = "".join(f" {score_cell(g['tasks'].get(task))} |" for task in metrics)
-        rows.append(f"| {g['mode']} | {settings} | {lr} | {seeds} | {final} | {best} | {diverged} | {speed} |"
-                    f"{scores}")
+        rows.append(f"| {g['mode']} | {settings} | {lr} | {seeds} | {final} | {gap_cell(g['gap'])} | {best} | "
+                    f"{diverged} | {speed} | "
+                    f"{minutes(g['seconds'])} |{scores}")
     return "\n".join(rows)
+
+
+def size_key(plan):
+    """The size a sweep varies (n_layer, n_embd), or None."""
+    return next((k for k in plan["sweep"] if k in SIZES), None)
+
+
+def by_size(groups, plan, key):
+    """{family (a legend label without the size): {size: group}}, in the order planned."""
+    families = {}
+    for g in groups:
+        families.setdefault(label(g, plan, without=(key,)), {})[g["sweep"].get(key, plan["base"][key])] = g
+    return families
+
+
+def size_table(groups, plan, key):
+    """results.md's table of a size sweep: final val loss (mean ± std over seeds, their number) per mode and
+    size, then the wall time per run and of all runs at each size."""
+    sizes = sorted({g["sweep"][key] for g in groups if key in g["sweep"]})
+    rows = [f"| mode | " + " | ".join(f"{key} {v}" for v in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    for family, at in by_size(groups, plan, key).items():
+        cells = []
+        for v in sizes:
+            g = at.get(v)
+            mean, std = g and g["final_val_loss"] or (None, None)
+            cells.append("—" if g is None else ("diverged" if g["diverged"] else "failed") if mean is None
+                         else f"{mean:.4f}" + (f" ± {std:.4f} ({g['finished']})" if g["finished"] > 1 else ""))
+        rows.append(f"| {family} | " + " | ".join(cells) + " |")
+    runs = {v: [r for g in groups if g["sweep"].get(key) == v for r in g["runs"] if r["seconds"]] for v in sizes}
+    per_run = [minutes(statistics.fmean(r["seconds"] for r in runs[v]) if runs[v] else None) for v in sizes]
+    total = [minutes(sum(r["seconds"] for r in runs[v]) if runs[v] else None) for v in sizes]
+    rows += ["| time per run | " + " | ".join(per_run) + " |", "| time, all runs | " + " | ".join(total) + " |"]
+    return "\n".join(rows)
+
+
+def results_text(groups, plan, argv, pngs):
+    """results.md: the command, the table (and a size sweep's), the ranking and the figures."""
+    ranked = sorted((g for g in groups if g["final_val_loss"]), key=lambda g: g["final_val_loss"][0])
+    order = " < ".join(f"{g['group']} {g['final_val_loss'][0]:.4f}" for g in ranked)
+    tasks = (" Eval tasks (eval.py, lm-eval): acc_norm where the task has it, else acc, mean ± std over the"
+             " seeds that finished." if plan["eval"]["tasks"] else "")
+    key = size_key(plan)
+    sized = (f"Final val loss by {key} (± std and the number of seeds where there are several), and the wall "
+             f"time of a run and of all runs at each {key} (runs side by side share the machine):\n\n"
+             f"{size_table(groups, plan, key)}\n\n") if key else ""
+    return (f"# Ablation\n\n`python ablate.py {' '.join(argv)}`\n\nFinal val loss: at the last step, mean ± std "
+            f"over the seeds that finished; best: the lowest evaluation, mean over them; time/run: a run's wall "
+            f"time, mean over them.{tasks}\n\n{table(groups)}\n\n{sized}Lowest final val loss first: "
+            f"{order or 'none finished'}\n\n" + "".join(f"![{p}]({p})\n" for p in pngs))
+
+
+def plot_size(groups, plan, key, params, path):
+    """Final val loss against a swept size (params: against the non-embedding parameters instead), both axes'
+    sizes on a log scale: a line per mode (and other sweep point), error bars ±1 std where there are seeds; an
+    x at the top where a seed diverged."""
+    fig, ax = plt.subplots(figsize=(WIDE, TALL))
+    families = by_size(groups, plan, key)
+    style = styles({family: next(iter(at.values()))["mode"] for family, at in families.items()})
+    for family, at in families.items():
+        color, ls = style[family]
+        ok = [(g["params"] if params else v, *g["final_val_loss"]) for v, g in at.items()
+              if g["final_val_loss"] and (g["params"] or not params)]
+        if ok:
+            x, mean, std = zip(*ok)
+            ax.plot(x, mean, ls, marker="o", color=color, label=family)
+            ax.errorbar(x, mean, std, fmt="none", color=color, capsize=3)
+        for i, (v, g) in enumerate((v, g) for v, g in at.items() if g["diverged"] and (g["params"] or not params)):
+            ax.plot(g["params"] if params else v, 0.97, "x", color=color, markersize=9, mew=2,
+                    transform=ax.get_xaxis_transform(), label=None if ok or i else f"{family} (diverged)")
+    sizes = sorted({g["sweep"][key] for g in groups if key in g["sweep"]})
+    if params:
+        ax.set(xscale="log", xlabel="non-embedding parameters (log scale)")
+    else:
+        ax.set_xscale("log", base=2)
+        ax.set(xticks=sizes, xticklabels=[f"{v}" for v in sizes], xlabel=f"{key} (log scale)")
+        ax.minorticks_off()
+    ax.set_ylabel(f"final validation loss ({loss_unit(plan)})")
+    against = "non-embedding parameters" if params else {"n_layer": "depth", "n_embd": "width"}[key]
+    title = f"Final validation loss against {against} (±1 std over seeds" + "; x: diverged" * any(
+        g["diverged"] for g in groups) + ")"
+    finish(fig, ax, f"{title}\n{setting(groups, plan)}", path)
 
 
 def plot_all(groups, plan, folder):
     """Every figure the runs allow, into folder; returns their file names: none when no run finished or
-    diverged (an empty figure would only say so)."""
+    diverged (an empty figure would only say so). A size sweep gets final loss against the size and the
+    parameters, and validation loss and per-block figures at each size (not one over all the sizes)."""
     if not any(g["finished"] or g["diverged"] for g in groups):
         return []
-    pngs = ["val_loss.png", "lr.png"]
+    key, pngs = size_key(plan), []
     with plt.rc_context(HOUSE_STYLE):
-        plot_val_loss(groups, plan, folder / "val_loss.png")
-        plot_lr(groups, plan, folder / "lr.png")
-        if any(r["stats"] and r["status"] == "finished" for g in groups for r in g["runs"]):
-            for key, ylabel, what in LAYER_FIGURES:
-                plot_layers(groups, plan, key, ylabel, what, folder / f"{key}.png")
-                pngs.append(f"{key}.png")
+        if key:
+            plot_size(groups, plan, key, False, folder / "size.png")
+            pngs.append("size.png")
+            if all(g["params"] for g in groups):
+                plot_size(groups, plan, key, True, folder / "params.png")
+                pngs.append("params.png")
+            for v in sorted({g["sweep"][key] for g in groups if key in g["sweep"]}):  # drawn as at one size
+                at = [g | dict(sweep={k: x for k, x in g["sweep"].items() if k != key})
+                      for g in groups if g["sweep"].get(key) == v]
+                pngs += plot_one(at, plan | dict(base=plan["base"] | {key: v}), folder, f"_{key}{v}",
+                                 ("val_loss", "grad_norm", "angle"))
+        pngs += plot_one(groups, plan, folder, "", () if key else ("val_loss", "grad_norm", "resid_rms", "angle"),
+                         lr=not key or len({g["lr"] for g in groups}) > 1)
+    return pngs
+
+
+def plot_one(groups, plan, folder, suffix, figures, lr=False):
+    """The figures named (val_loss and LAYER_FIGURES' keys) of groups, and lr.png if lr, as name + suffix.png;
+    returns the file names drawn (no per-block figure where no run logged layer stats)."""
+    pngs = []
+    if "val_loss" in figures:
+        plot_val_loss(groups, plan, folder / f"val_loss{suffix}.png")
+        pngs.append(f"val_loss{suffix}.png")
+    if lr:
+        plot_lr(groups, plan, folder / f"lr{suffix}.png")
+        pngs.append(f"lr{suffix}.png")
+    if any(r["stats"] and r["status"] == "finished" for g in groups for r in g["runs"]):
+        for name, ylabel, what in (f for f in LAYER_FIGURES if f[0] in figures):
+            plot_layers(groups, plan, name, ylabel, what, folder / f"{name}{suffix}.png")
+            pngs.append(f"{name}{suffix}.png")
     return pngs

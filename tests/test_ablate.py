@@ -1,4 +1,5 @@
-"""ablate.py's promises: a tiny ablation of every mode end to end, skip and resume, divergence as a result."""
+"""ablate.py's promises: a tiny ablation of every mode and preset end to end, skip and resume, divergence as a
+result, a size sweep's tables and figures."""
 import colorsys
 import contextlib
 import io
@@ -14,13 +15,15 @@ import pytest
 import ablate
 import configurator
 import plots
+from configurator import ENTRIES, PRESETS
 from conftest import ROOT, error_of
 from model import NORM_MODES
 
 TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
         "--eval_iters=2", "--eval_interval=5", "--log_interval=5", "--warmup_iters=2", "--max_iters=10",
         "--learning_rate=3e-3", "--seeds=1"]
-COLUMNS = ["mode", "settings", "lr", "seeds", "final val loss", "best val loss", "diverged", "tokens/s"]
+COLUMNS = ["mode", "settings", "lr", "seeds", "final val loss", "− pre, same seed", "best val loss", "diverged",
+           "tokens/s", "time/run"]
 PLOTS = ["val_loss.png", "lr.png", "grad_norm.png", "resid_rms.png", "angle.png"]
 
 
@@ -50,7 +53,8 @@ def mtimes(root):
 
 @pytest.fixture(scope="module")
 def ablation(data_dir, tmp_path_factory):
-    """Every mode at lr 3e-3, one seed, ten steps: (the arguments, out_dir/ablate, what ablate.py printed)."""
+    """Every mode and preset at lr 3e-3, one seed, ten steps: (the arguments, out_dir/ablate, what ablate.py
+    printed)."""
     out = tmp_path_factory.mktemp("out")
     args = [f"--data_dir={data_dir}", f"--out_dir={out}", *TINY, "--modes=all", "--lrs=3e-3", "--jobs=2"]
     return args, out / "ablate", ablate_main(*args)
@@ -59,17 +63,56 @@ def ablation(data_dir, tmp_path_factory):
 def test_an_ablation_of_every_mode_trains_each_run_and_tables_its_final_val_loss(ablation):
     _, root, printed = ablation
     assert sorted(line.split(":")[0].split("] ")[1] for line in printed.splitlines() if line.startswith("[")) \
-        == sorted(f"{mode}_lr0.003_s1" for mode in NORM_MODES)
+        == sorted(f"{mode}_lr0.003_s1" for mode in ENTRIES)
     rows = table_rows((root / "results.md").read_text())
-    assert [row["mode"] for row in rows] == list(NORM_MODES)
+    assert [row["mode"] for row in rows] == list(ENTRIES) == [*NORM_MODES, "peri", "dyt"]
     for row in rows:
         end = log_events(root / f"{row['mode']}_lr0.003_s1")[-1]
         assert end["event"] == "end" and end["status"] == "finished" and end["iter"] == 10
         assert row["final val loss"] == f"{end['final_val_loss']:.4f}"  # one seed: no ± std
         assert (row["lr"], row["seeds"], row["diverged"]) == ("0.003", "1", "no")
+        assert row["time/run"].endswith(" s")  # a few seconds each
     groups = json.loads((root / "results.json").read_text())["groups"]
-    assert [(g["mode"], g["finished"], g["diverged"]) for g in groups] == [(mode, 1, 0) for mode in NORM_MODES]
+    assert [(g["mode"], g["finished"], g["diverged"]) for g in groups] == [(mode, 1, 0) for mode in ENTRIES]
     assert groups[0]["final_val_loss"][0] == pytest.approx(float(rows[0]["final val loss"].split()[0]), abs=1e-4)
+
+
+def test_the_gap_to_pre_is_each_runs_final_loss_less_pres_from_the_logs(ablation):
+    _, root, _ = ablation
+    final = {row["mode"]: log_events(root / f"{row['mode']}_lr0.003_s1")[-1]["final_val_loss"]
+             for row in table_rows((root / "results.md").read_text())}
+    for row in table_rows((root / "results.md").read_text()):
+        gap = "—" if row["mode"] == "pre" else f"{final[row['mode']] - final['pre']:+.4f}"
+        assert row["− pre, same seed"] == gap, row["mode"]
+
+
+def test_the_gap_to_pre_pairs_seeds_and_takes_pre_at_the_base_lr_for_a_tripled_simplenorm():
+    """Seeds pair by number (a seed pre lacks is left out); simplenorm at 3x compares with pre at the base rate,
+    a run at another rate of an lr sweep with pre at that rate; a sweep key of another mode is not pre's point."""
+    plan = dict(base=dict(learning_rate=1e-3))
+    run = lambda seed, loss, status="finished": dict(seed=seed, final_val_loss=loss, status=status)
+    group = lambda mode, lr, runs, tripled=False, sweep={}: dict(mode=mode, lr=lr, runs=runs, tripled=tripled,
+                                                                sweep=sweep)
+    pre = [group("pre", 1e-3, [run(1, 2.0), run(2, 3.0), run(3, 9.0, "failed")]),
+           group("pre", 3e-3, [run(1, 5.0), run(2, 5.0)])]
+    simple = group("simplenorm", 3e-3, [run(1, 2.5), run(2, 3.1), run(3, 1.0), run(4, 1.0)], tripled=True)
+    mean, std = ablate.mean_std([2.5 - 2.0, 3.1 - 3.0])
+    assert ablate.gap_to_pre(simple, pre + [simple], plan) == dict(mean=mean, std=std, seeds=2)
+    geo = group("geonorm", 3e-3, [run(1, 4.0)], sweep={"geo_alpha": 3.0})
+    assert ablate.gap_to_pre(geo, pre + [geo], plan) == dict(mean=-1.0, std=0.0, seeds=1)
+    wide = group("geonorm", 1e-3, [run(1, 4.0)], sweep={"n_embd": 64})  # pre has no n_embd 64 here
+    assert ablate.gap_to_pre(wide, pre + [wide], plan) is None and ablate.gap_to_pre(pre[0], pre, plan) is None
+
+
+def test_a_preset_runs_as_the_settings_it_names(ablation):
+    """peri is sandwich with embed_norm, dyt pre with norm_type='dyt': each run gets its preset's settings and
+    the others keep train.py's defaults."""
+    _, root, _ = ablation
+    config = {entry: json.loads((root / f"{entry}_lr0.003_s1" / "config.json").read_text())["config"]
+              for entry in ("peri", "dyt", "sandwich", "pre")}
+    for entry, settings in PRESETS.items():
+        assert {k: config[entry][k] for k in settings} == settings
+    assert (config["sandwich"]["embed_norm"], config["pre"]["norm_type"]) == (False, "norm")
 
 
 def test_every_plot_is_a_valid_png(ablation):
@@ -82,7 +125,7 @@ def test_every_plot_is_a_valid_png(ablation):
 
 def test_the_layer_stats_behind_the_per_layer_plots_are_logged(ablation):
     _, root, _ = ablation
-    for mode in NORM_MODES:
+    for mode in ENTRIES:
         stats = [e for e in log_events(root / f"{mode}_lr0.003_s1") if e["event"] == "layer_stats"]
         assert [s["iter"] for s in stats] == [0, 5, 10] and all(len(s["angle"]) == 2 for s in stats), mode
 
@@ -91,8 +134,8 @@ def test_a_rerun_skips_finished_runs_without_touching_them(ablation):
     args, root, _ = ablation
     before = mtimes(root)
     printed = ablate_main(*args)
-    assert mtimes(root) == before and len(before) == 2 * len(NORM_MODES)
-    assert sum(": skipped, val loss" in line for line in printed.splitlines()) == len(NORM_MODES)
+    assert mtimes(root) == before and len(before) == 2 * len(ENTRIES)
+    assert sum(": skipped, val loss" in line for line in printed.splitlines()) == len(ENTRIES)
 
 
 def test_a_run_with_a_checkpoint_but_no_end_resumes_from_it(ablation, tmp_path):
@@ -187,6 +230,51 @@ def test_sweep_keys_vary_only_their_mode_and_simplenorm_defaults_to_3x_lr(tmp_pa
     assert len(runs) == 2 * len(names)
     simple = next(r for r in runs if r["mode"] == "simplenorm")
     assert simple["settings"]["learning_rate"] == 3e-3 and simple["tripled"] and "geo_alpha" not in simple["settings"]
+
+
+def test_entry_settings_are_an_entrys_own_over_the_configs_but_not_the_sweeps(tmp_path):
+    """ablate_entry_settings: untied heads for some entries, ngpt's own schedule (min_lr too, which ablate.py
+    otherwise sets at the config's ratio); a sweep point still wins; a preset gets its settings and its name."""
+    config = tmp_path / "config.py"
+    config.write_text("tie_embeddings = True\nablate_modes = ['pre', 'post', 'ngpt', 'peri']\n"
+                      "ablate_entry_settings = {'post': {'tie_embeddings': False}, 'ngpt': {'warmup_iters': 0, "
+                      "'weight_decay': 0.0, 'min_lr': 0.0}}\n")
+    runs = {r["name"]: r for r in ablate.plan_runs(ablate.configure([str(config), "--learning_rate=2e-3",
+                                                                     "--min_lr=2e-4"]), tmp_path)}
+    assert list(runs) == ["pre_lr0.002_s1337", "post_lr0.002_s1337", "ngpt_lr0.002_s1337", "peri_lr0.002_s1337"]
+    settings = {name.split("_")[0]: r["settings"] for name, r in runs.items()}
+    assert [settings[m]["tie_embeddings"] for m in ("pre", "post", "ngpt", "peri")] == [True, False, True, True]
+    assert {k: settings["ngpt"][k] for k in ("warmup_iters", "weight_decay", "min_lr", "learning_rate")} == dict(
+        warmup_iters=0, weight_decay=0.0, min_lr=0.0, learning_rate=2e-3)
+    assert settings["pre"]["min_lr"] == 2e-4 and "weight_decay" not in settings["pre"]  # train.py's default
+    assert {k: settings["peri"][k] for k in ("norm_mode", "embed_norm")} == dict(norm_mode="sandwich", embed_norm=True)
+    assert runs["post_lr0.002_s1337"]["own"] == {"tie_embeddings": False}
+    swept = ablate.plan_runs(ablate.configure([str(config), "--sweep=tie_embeddings=True"]), tmp_path)
+    assert all(r["settings"]["tie_embeddings"] for r in swept)
+    for text, message in (("{'rezero': {'dropout': 0.1}}", "unknown mode(s) rezero"),
+                          ("{'pre': {'learning_rate': 1e-3}}", "sets learning_rate per run: use --lrs"),
+                          ("{'pre': {'dropuot': 0.1}}", "did you mean 'dropout'"),
+                          ("{'pre': {'dropout': 'x'}}", "dropout must be float")):
+        config.write_text(f"ablate_entry_settings = {text}\n")
+        assert message in error_of(ablate.configure, [str(config)]), text
+
+
+def test_sweep_keys_of_a_presets_mode_vary_the_preset_and_seeds_at_keeps_seeds_to_its_points(tmp_path):
+    """sandwich_* keys vary sandwich and peri (sandwich with embed_norm), dyt_* keys dyt only; a size varies
+    every entry. seeds_at: the seeds after the first only where n_layer is 4."""
+    plan = ablate.configure(["--modes=pre,sandwich,peri,dyt", "--seeds=1,2,3", "--learning_rate=1e-3",
+                             "--sweep=sandwich_depth_scaled=False,True", "--sweep=dyt_alpha_attn=0.5,1.0",
+                             "--sweep=n_layer=2,4", "--seeds_at={'n_layer': 4}"])
+    runs = ablate.plan_runs(plan, tmp_path)
+    per_entry = {e: sorted({r["name"].partition("_s")[2].partition("_")[2] for r in runs if r["mode"] == e})
+                 for e in ("pre", "sandwich", "peri", "dyt")}
+    assert per_entry["pre"] == ["n_layer2", "n_layer4"]
+    assert per_entry["peri"] == per_entry["sandwich"] == [f"sandwich_depth_scaled{b}_n_layer{n}"
+                                                          for b in (False, True) for n in (2, 4)]
+    assert per_entry["dyt"] == [f"dyt_alpha_attn{a}_n_layer{n}" for a in (0.5, 1.0) for n in (2, 4)]
+    assert {r["seed"] for r in runs if r["sweep"]["n_layer"] == 4} == {1, 2, 3}
+    assert {r["seed"] for r in runs if r["sweep"]["n_layer"] == 2} == {1}
+    assert len(runs) == (2 + 4 + 4 + 4) + 2 * (1 + 2 + 2 + 2)  # seeds 2 and 3 at n_layer 4 only
 
 
 def test_ablate_settings_in_a_config_file_are_not_passed_to_train(tmp_path):
@@ -301,15 +389,19 @@ def test_a_mode_has_one_colour_in_every_figure_and_every_ablation(drawn):
             seen.setdefault(mode, set()).add(ablation)
     assert seen == {"pre": {"a"}, "geonorm": {"a", "b"}, "simplenorm": {"b"}, "deep": {"b"}}
     assert len(figures) == 10  # five figures in each of the two ablations
-    assert len({plots.mode_color(m) for m in NORM_MODES}) == len(NORM_MODES)
 
 
-def test_thirteen_modes_have_colours_of_their_own_and_the_first_six_keep_tab10s():
-    """Room for the modes to come, each in a colour of its own; the six modes' colours are tab10's, as in the
-    figures drawn before, so those figures stay the same."""
-    assert len(set(plots.MODE_COLORS)) == len(plots.MODE_COLORS) >= 13
+def test_the_thirteen_entries_have_colours_of_their_own_and_the_first_six_keep_tab10s(monkeypatch):
+    """Each mode and preset in a colour of its own; the six modes' colours are tab10's, as in the figures drawn
+    before, so those figures stay the same; the presets take the last colours, so that a mode added later
+    takes a free one and moves no entry's."""
+    assert len(ENTRIES) == 13 and len({plots.mode_color(e) for e in ENTRIES}) == 13
+    assert len(set(plots.MODE_COLORS)) == len(plots.MODE_COLORS) > len(ENTRIES)
     tab10 = matplotlib.colormaps["tab10"].colors
     assert [matplotlib.colors.to_rgb(c) for c in plots.MODE_COLORS[:10]] == list(tab10)
+    before = {e: plots.mode_color(e) for e in ENTRIES}
+    monkeypatch.setattr(plots, "NORM_MODES", (*NORM_MODES, "rezero"))
+    assert {e: plots.mode_color(e) for e in ENTRIES} == before and plots.mode_color("rezero") not in before.values()
 
 
 def test_the_variants_of_a_mode_are_shades_and_line_styles_of_its_colour():
@@ -335,3 +427,64 @@ def test_figures_of_an_unfinished_ablation_name_the_runs_they_leave_out(drawn, c
     draw("half", "pre", {("pre", 1): "finished", ("pre", 2): "interrupted"})
     err = capsys.readouterr().err
     assert "note: 1 of 2 runs have not finished, and the figures leave them out: pre_lr0.001_s2" in err
+
+
+# ------------------------------------------------------------------------------------------ a size sweep
+
+@pytest.fixture(scope="module")
+def ladder(data_dir, tmp_path_factory):
+    """A depth ladder in small: pre and peri at 1 and 2 blocks, seeds 1 and 2 at 2 blocks only, a few steps:
+    (the arguments, out_dir/ablate, what ablate.py printed)."""
+    out = tmp_path_factory.mktemp("ladder")
+    args = [f"--data_dir={data_dir}", f"--out_dir={out}", *TINY[:-1], "--max_iters=4", "--eval_interval=2",
+            "--modes=pre,peri", "--seeds=1,2", "--sweep=n_layer=1,2", "--seeds_at={'n_layer': 2}", "--jobs=2"]
+    return args, out / "ablate", ablate_main(*args)
+
+
+SIZE_PLOTS = ["size.png", "params.png"] + [f"{name}_n_layer{n}.png" for n in (1, 2)
+                                           for name in ("val_loss", "grad_norm", "angle")]
+
+
+def test_a_size_sweep_tables_loss_and_time_per_size_and_draws_loss_against_size_and_parameters(ladder):
+    _, root, printed = ladder
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == [
+        "peri_lr0.003_s1_n_layer1", "peri_lr0.003_s1_n_layer2", "peri_lr0.003_s2_n_layer2",
+        "pre_lr0.003_s1_n_layer1", "pre_lr0.003_s1_n_layer2", "pre_lr0.003_s2_n_layer2"]
+    results = (root / "results.md").read_text()
+    lines = results.splitlines()
+    header, _, pre, peri, per_run, total = lines[lines.index("| mode | n_layer 1 | n_layer 2 |"):][:6]
+    groups = json.loads((root / "results.json").read_text())["groups"]
+    loss = {(g["mode"], g["sweep"]["n_layer"]): g["final_val_loss"] for g in groups}
+    assert pre == f"| pre | {loss['pre', 1][0]:.4f} | {loss['pre', 2][0]:.4f} ± {loss['pre', 2][1]:.4f} (2) |"
+    assert peri.startswith("| peri | ") and per_run.startswith("| time per run | ") and total.count(" s |") == 2
+    final = {(r["name"]): log_events(root / r["name"])[-1]["final_val_loss"] for g in groups for r in g["runs"]}
+    gaps = [final[f"peri_lr0.003_s{s}_n_layer2"] - final[f"pre_lr0.003_s{s}_n_layer2"] for s in (1, 2)]
+    [peri2] = [g for g in groups if g["mode"] == "peri" and g["sweep"]["n_layer"] == 2]
+    assert peri2["gap"] == dict(zip(("mean", "std"), plots.mean_std(gaps)), seeds=2)
+    params = {(g["mode"], g["sweep"]["n_layer"]): g["params"] for g in groups}
+    assert params["pre", 2] - params["pre", 1] == 12 * 32 ** 2 + 2 * 32  # a block: 12d² weights, 2 LayerNorms
+    assert params["peri", 1] - params["pre", 1] == 2 * 32 + 32  # sandwich's 2 output norms, ln_emb
+    for name in SIZE_PLOTS:
+        assert f"![{name}]({name})" in results and (root / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    assert not (root / "val_loss.png").exists() and not (root / "lr.png").exists()  # one lr: no lr figure
+
+
+def test_a_size_sweeps_figures_are_redrawn_from_its_finished_runs(ladder, tmp_path, monkeypatch):
+    """--figures=DIR draws every figure again, without training; each figure's lines in their entries' colours,
+    the figures at one size titled with it."""
+    args, root, _ = ladder
+    drawn, real_finish = {}, plots.finish
+    def record(fig, ax, title, path):
+        lines = [line for a in fig.axes for line in a.get_lines() if not line.get_label().startswith("_")]
+        drawn[path.name] = title, {line.get_label(): line.get_color() for line in lines}
+        real_finish(fig, ax, title, path)
+    monkeypatch.setattr(plots, "finish", record)
+    before = mtimes(root)
+    printed = ablate_main(*args, f"--figures={tmp_path}")
+    assert mtimes(root) == before and "wrote size.png, params.png, val_loss_n_layer1.png" in printed
+    assert sorted(drawn) == sorted(SIZE_PLOTS) == sorted(p.name for p in tmp_path.iterdir())
+    title, colors = drawn["size.png"]
+    assert title.startswith("Final validation loss against depth") and "blocks 1–2 × 32" in title
+    assert {k: matplotlib.colors.to_hex(c) for k, c in colors.items()} == {
+        e: matplotlib.colors.to_hex(plots.mode_color(e)) for e in ("pre", "peri")}
+    assert "blocks 2 × 32" in drawn["grad_norm_n_layer2.png"][0] and set(drawn["angle_n_layer1.png"][1]) == {"pre", "peri"}

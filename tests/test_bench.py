@@ -12,8 +12,9 @@ import torch
 import ablate
 import bench
 import configurator
+from configurator import ENTRIES, PRESETS
 from conftest import ROOT, error_of
-from model import ARCHS, GPT, NORM_MODES
+from model import ARCHS, GPT
 
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=2", "--sample_tokens=8"]
 TRAINING = {"mode", "compile", "step_ms", "ratio_to_pre", "tokens_per_s", "first_step_s", "mfu", "peak_mem_mb"}
@@ -39,8 +40,32 @@ def test_bench_reports_the_modes_asked_for_after_pre_the_baseline(arch):
     assert all(r["mfu"] is None for r in report["training"])  # no peak FLOP/s on a CPU: no made-up MFU
 
 
+def test_the_presets_are_rows_of_their_own_measured_as_the_settings_they_name():
+    result = run_bench("--modes=dyt,peri", "--steps=1", "--compile=off", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [r["mode"] for r in report["training"]] == [r["mode"] for r in report["sampling"]] == ["pre", "dyt", "peri"]
+    args, modes, cfg = bench.parse([*TINY, "--modes=all"])
+    assert modes == list(ENTRIES)
+    for preset, settings in PRESETS.items():
+        config = bench.Runner(preset, cfg, args.vocab_size, False).model.config
+        assert {k: getattr(config, k) for k in settings} == settings
+    assert not bench.Runner("sandwich", cfg, args.vocab_size, False).model.config.embed_norm
+
+
+def test_ngpts_step_includes_its_projection_and_every_entry_compiles_without_falling_back_to_eager():
+    """The timed step of ngpt ends with GPT.normalize_weights, as train.py's does; dynamo may compile
+    GPT.forward once per entry in each pass (its default, 8, would leave the rest eager)."""
+    args, _, cfg = bench.parse([*TINY, "--modes=ngpt"])
+    runner = bench.Runner("ngpt", cfg, args.vocab_size, False)
+    runner.step()
+    head = runner.model.lm_head.weight
+    torch.testing.assert_close(head.norm(dim=1), torch.ones(head.size(0)))
+    assert torch._dynamo.config.recompile_limit >= 2 * len(ENTRIES)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("mode", NORM_MODES)
+@pytest.mark.parametrize("mode", ENTRIES)
 def test_compiled_and_eager_runners_take_the_same_training_steps(mode, arch, monkeypatch):
     """bench.py times one step both ways: from the same weights and batch, two compiled steps leave the
     weights where two eager steps do (aot_eager, which needs no C++ toolchain), and every weight moved."""

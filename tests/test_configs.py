@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
+import ablate
 import configurator
+from configurator import ENTRIES
 from conftest import ROOT
 from model import NORM_MODES, GPTConfig
 
@@ -29,9 +31,9 @@ def model(cfg, **change):
 def test_every_config_is_train_settings_and_a_valid_gptconfig(path):
     cfg = settings(path)
     assert isinstance(model(cfg), GPTConfig)
-    if path.name.startswith("ablate_"):  # each mode it runs is valid on its base settings
-        for mode in configurator.parse_modes(cfg["ablate_modes"], NORM_MODES):
-            assert model(cfg, norm_mode=mode).norm_mode == mode, mode
+    if path.name.startswith("ablate_"):  # each run it plans is valid: its entry's and sweep point's settings
+        for run in ablate.plan_runs(ablate.configure([str(path)]), ROOT / "out"):
+            assert model(cfg, **run["settings"]).norm_mode == run["settings"]["norm_mode"], run["name"]
     elif not path.name.startswith("base_"):  # a run's config says how to launch it and where it writes
         assert f"configs/{path.name}" in Path(path).read_text().split('"""')[1], "the docstring's command"
         assert cfg["out_dir"] != "out", "an out_dir of its own"
@@ -70,3 +72,33 @@ def test_the_lab_configs_cover_every_new_mode_and_switch():
     assert set(NORM_MODES[6:]) <= modes
     assert settings(ROOT / "configs" / "peri_125m.py")["embed_norm"]
     assert settings(ROOT / "configs" / "dyt_125m.py")["norm_type"] == "dyt"
+
+
+# the lab's entries whose tied head has a copy bias at init at the ablations' width (tests/test_llama.py, docs/modes.md)
+UNTIED = ("post", "deep", "geonorm", "mixln")
+NGPT = {"warmup_iters": 0, "weight_decay": 0.0, "min_lr": 0.0}  # its authors' schedule (NORM_MODES §13.6)
+
+
+def test_the_lab_ablation_is_every_entry_over_three_seeds_at_the_cpu_setting():
+    lab, six = (ablate.configure([str(ROOT / "configs" / name)])
+                for name in ("ablate_lab_char.py", "ablate_shakespeare_char.py"))
+    assert lab["modes"] == list(ENTRIES) and lab["seeds"] == [1, 2, 3] and lab["lrs"] is None and lab["jobs"] == 2
+    assert {k for k in lab["base"] if lab["base"][k] != six["base"][k]} == {"out_dir"}
+    assert lab["entry"] == {**{mode: {"tie_embeddings": False} for mode in UNTIED}, "ngpt": NGPT}
+    runs = ablate.plan_runs(lab, ROOT / "out")
+    assert len(runs) == 3 * 13 and {r["lr"] for r in runs if r["mode"] != "simplenorm"} == {2e-3}
+
+
+def test_the_depth_ladder_is_the_lab_at_four_depths_one_token_budget_and_three_seeds_at_the_deepest():
+    ladder, lab = (ablate.configure([str(ROOT / "configs" / name)])
+                   for name in ("ablate_depth_char.py", "ablate_lab_char.py"))
+    assert ladder["sweep"] == {"n_layer": [2, 4, 8, 16]} and ladder["seeds_at"] == {"n_layer": [16]}
+    assert (ladder["modes"], ladder["entry"], ladder["seeds"]) == (lab["modes"], lab["entry"], [1, 2, 3])
+    b = ladder["base"]
+    assert (b["dataset"], b["n_embd"], b["block_size"], b["arch"]) == ("shakespeare_char", 128, 64, "gpt2")
+    runs = ablate.plan_runs(ladder, ROOT / "out")
+    assert len(runs) == 13 * 4 + 13 * 2  # one seed at each depth, two more at 16
+    assert {r["seed"] for r in runs if r["sweep"]["n_layer"] == 16} == {1, 2, 3}
+    assert {r["seed"] for r in runs if r["sweep"]["n_layer"] < 16} == {1}
+    budget = {tuple(r["settings"].get(k, b[k]) for k in ("max_iters", "batch_size", "block_size")) for r in runs}
+    assert budget == {(2000, 16, 64)}  # one token budget at every depth: the lab's

@@ -460,9 +460,9 @@ def test_ablate_folds_task_scores_into_mean_and_std_over_the_seeds(tmp_path):
                                           + json.dumps(dict(event="end", status="finished", iter=5)) + "\n")
         (folder / "eval.json").write_text(json.dumps(dict(settings=dict(evaluation), scores=dict(
             hellaswag=dict(metric="acc_norm", value=value, stderr=0.01)))))
-        runs.append(dict(name=folder.name, group="pre", mode="pre", lr=1e-3, tripled=False, sweep={}, seed=seed,
-                         dir=folder))
-    group, = ablate.summarize(runs, evaluation)
+        runs.append(dict(name=folder.name, group="pre", mode="pre", lr=1e-3, tripled=False, sweep={}, own={},
+                         seed=seed, dir=folder))
+    group, = ablate.summarize(runs, dict(eval=evaluation, sweep={}))
     assert group["tasks"]["hellaswag"] == pytest.approx(dict(
         metric="acc_norm", mean=statistics.fmean([0.30, 0.34, 0.29]), std=statistics.stdev([0.30, 0.34, 0.29]), runs=3))
     assert ablate.table([group]).splitlines()[-1].endswith(" 0.3100 ± 0.0265 |")
