@@ -2,13 +2,15 @@
 import ast
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import ROOT, error_of
-from data import (GPT2_META, char_table, check_out_dir, first_line, get_tokenizer, load_meta, locked_folder,
-                  padded_vocab, read_shard, write_shard)
+from data import (GPT2_META, char_table, check_out_dir, first_line, get_batch, get_tokenizer, load_meta,
+                  locked_folder, padded_vocab, read_shard, write_shard)
 
 
 # ----------------------------------------------------------------------------- shard format
@@ -38,6 +40,27 @@ def test_read_shard_rejects_a_damaged_file_naming_the_fix(tmp_path, damage, why)
 def test_write_shard_refuses_ids_beyond_uint16(tmp_path):
     assert "65535" in error_of(write_shard, tmp_path / "s.bin", [1, 65536])
     assert not any(tmp_path.iterdir())
+
+
+def test_get_batch_draws_every_window_of_every_shard_equally_often_and_no_other(tmp_path):
+    """A window is block_size + 1 tokens in one shard (x, and y one token on); a shard of block_size tokens
+    or fewer has none. Each token is its shard's number times 100 plus its position, so a row tells where it
+    was drawn."""
+    counts = [6, 3, 9]  # block_size 3: windows at 0..2 of the first shard, none in the second, 0..5 in the third
+    paths = [tmp_path / f"train_{i:06d}.bin" for i in range(len(counts))]
+    for i, (path, n) in enumerate(zip(paths, counts)):
+        write_shard(path, 100 * i + np.arange(n))
+    cfg, rng, drawn = types.SimpleNamespace(block_size=3, batch_size=50), np.random.default_rng(0), []
+    for _ in range(90):
+        x, y = get_batch((paths, np.array(counts)), rng, cfg, "cpu")
+        assert x.shape == y.shape == (50, 3) and x.dtype == y.dtype == torch.long
+        assert (y[:, :-1] == x[:, 1:]).all() and (y[:, -1] == x[:, -1] + 1).all()
+        assert (x[:, 1:] == x[:, :-1] + 1).all()  # consecutive positions of one shard
+        drawn += x[:, 0].tolist()
+    windows = {100 * i + start for i, n in enumerate(counts) for start in range(n - cfg.block_size)}
+    seen = {start: drawn.count(start) for start in set(drawn)}
+    assert seen.keys() == windows
+    assert max(seen.values()) < 1.25 * min(seen.values())  # 500 each, give or take sqrt(500)
 
 
 # ----------------------------------------------------------------------------- meta.json and tokenizers

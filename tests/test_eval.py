@@ -331,7 +331,8 @@ def test_the_dry_run_loads_the_tasks_and_writes_nothing(out_dir, tasks_dir, caps
 def test_ctrl_c_while_scoring_is_one_line_and_exit_130(out_dir, tmp_path):
     """A real SIGINT to python eval.py while lm-eval scores, the deepest stack: once 200 lines of traceback."""
     (tmp_path / "tasks").mkdir()
-    write_task(tmp_path / "tasks", "tiny_long", MC_DOCS * 150, **MC)  # 3,600 requests, one per batch: seconds
+    # 24,000 requests, one per batch: far more than the two refreshes of the bar take, even on a loaded machine
+    write_task(tmp_path / "tasks", "tiny_long", MC_DOCS * 1000, **MC)
     (tmp_path / "run").mkdir()
     shutil.copy(out_dir / "ckpt.pt", tmp_path / "run" / "ckpt.pt")
     before = tree(tmp_path / "run")
