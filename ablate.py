@@ -53,8 +53,9 @@ ablate_seeds_at = {}  # {sweep key: values}: the seeds after the first only at t
 # a run per learning rate (3e-4,1e-3); None: learning_rate, and 3x it for simplenorm, whose paper trains
 # at 3x the baseline's rate (NORM_MODES §7.2)
 ablate_lrs: list | tuple | float | None = None
-# a grid over train.py settings, {key: [values]}; each --sweep=key=v1,v2 sets one key. geo_*, sandwich_*
-# and simplenorm_* keys vary only their own mode (pre runs once beside a geo_alpha sweep); others every mode
+# a grid over train.py settings, {key: [values]}; each --sweep=key=v1,v2 sets one key. A mode's own keys
+# (plots.MODE_OF_PREFIX: geo_*, sandwich_*, lns_*, ...) vary only it and its presets (pre runs once beside a
+# geo_alpha sweep), dyt_* keys the entries under norm_type='dyt'; others every entry
 ablate_sweep = {}
 # {mode or preset: {train.py setting: value}}, an entry's own, over the config's (not the sweep's)
 ablate_entry_settings = {}  # {"post": {"tie_embeddings": False}}
@@ -125,21 +126,66 @@ def configure(argv):
     evaluation = {k.removeprefix("ablate_eval_"): own[k]
                   for k in ("ablate_eval_tasks", "ablate_eval_limit", "ablate_eval_include_path")}
     given = {k: v for k, v in given.items() if not k.startswith("ablate_")}
-    entry = {name: {k: configurator.checked(k, v, settings, f"entry_settings of {name}") for k, v in values.items()}
-             for name, values in own["ablate_entry_settings"].items() if configurator.parse_modes([name])}
-    if per_run := {k for values in entry.values() for k in values} & set(PER_RUN) - {"min_lr"}:
-        sys.exit(f"error: ablate.py sets {', '.join(per_run)} per run: use --lrs, not entry_settings")
-    return dict(modes=configurator.parse_modes(own["ablate_modes"]), seeds=seeds, lrs=lrs, entry=entry,
-                seeds_at={k: listed(v) for k, v in own["ablate_seeds_at"].items()}, eval=evaluation,
-                figures=own["ablate_figures"], sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"],
-                given={"log_layer_stats": True} | given, base=base)
+    modes = configurator.parse_modes(own["ablate_modes"])
+    entry = check_entries(own["ablate_entry_settings"], settings)
+    check_sweep(sweep, modes, {"log_layer_stats": True} | given, entry)
+    return dict(modes=modes, seeds=seeds, lrs=lrs, entry=entry, eval=evaluation, figures=own["ablate_figures"],
+                seeds_at=check_seeds_at(own["ablate_seeds_at"], sweep, settings), sweep=sweep,
+                nproc=own["ablate_nproc"], jobs=own["ablate_jobs"], given={"log_layer_stats": True} | given,
+                base=base)
 
 
-def varies(key, mode):
-    """Whether sweeping key varies entry mode: geo_* keys only vary geonorm, sandwich_* sandwich and peri, dyt_*
-    dyt, and so on; other keys vary every entry."""
+def check_entries(entries, settings):
+    """ablate_entry_settings, each entry known and its settings train.py's, typed; one line naming the fix if not."""
+    checked = {}
+    for name, values in entries.items():
+        configurator.parse_modes([name])  # an unknown mode or preset is a one-line error
+        if not isinstance(values, dict):
+            sys.exit(f"error: entry_settings of {name} must be a dict of train.py settings, got {values!r}")
+        if per_run := sorted(set(values) & set(PER_RUN) - {"min_lr"}):
+            sys.exit(f"error: entry_settings of {name} sets {', '.join(per_run)}, which ablate.py sets per run: "
+                     f"use --modes, --lrs and --seeds")
+        checked[name] = {k: configurator.checked(k, v, settings, f"entry_settings of {name}") for k, v in values.items()}
+    return checked
+
+
+def check_sweep(sweep, modes, given, entry):
+    """Each sweep key varies some entry, and none overrides what makes a preset (norm_type under dyt)."""
+    for key in sweep:
+        if not any(varies(key, mode, entry_of(mode, given, entry)) for mode in modes):
+            sys.exit(f"error: --sweep={key}=... varies none of the modes {', '.join(modes)}: add the mode it "
+                     f"belongs to (--modes)")
+        if presets := [m for m in modes if key in configurator.PRESETS.get(m, {})]:
+            sys.exit(f"error: --sweep={key}=... would undo the preset {', '.join(presets)}, which sets {key}: "
+                     f"leave it out of --modes, or sweep its mode")
+
+
+def check_seeds_at(seeds_at, sweep, settings):
+    """ablate_seeds_at as {key: [values]}, each key swept and each value one of its sweep's."""
+    checked = {}
+    for key, values in seeds_at.items():
+        values = [configurator.checked(key, v, settings, "seeds_at") for v in listed(values)]
+        if key not in sweep:
+            sys.exit(f"error: seeds_at names {key}, which is not swept: add --sweep={key}=... or drop it")
+        if not values or not set(values) <= set(sweep[key]):
+            sys.exit(f"error: seeds_at gives {key} {values}: choose among its sweep's values "
+                     f"{', '.join(map(str, sweep[key]))}")
+        checked[key] = values
+    return checked
+
+
+def entry_of(mode, given, entry):
+    """An entry's own train.py settings over the config's: its preset's or norm_mode, then entry_settings."""
+    return given | configurator.entry_settings(mode) | entry.get(mode, {})
+
+
+def varies(key, mode, settings):
+    """Whether sweeping key varies entry mode, whose settings are settings (entry_of): dyt_* keys an entry under
+    norm_type='dyt'; geo_* keys geonorm only, sandwich_* sandwich and peri, and so on; other keys every entry."""
+    if key.startswith("dyt_"):
+        return settings.get("norm_type") == "dyt"
     owner = next((m for prefix, m in MODE_OF_PREFIX.items() if key.startswith(prefix)), mode)
-    return owner in (mode, configurator.entry_settings(mode)["norm_mode"])
+    return owner in (mode, settings["norm_mode"])
 
 
 def plan_runs(plan, root):
@@ -148,13 +194,14 @@ def plan_runs(plan, root):
     (the name less the seed) and settings: the config's, ablate.py's per run, the entry's, the sweep point's."""
     ratio, seeds_at, runs = plan["base"]["min_lr"] / plan["base"]["learning_rate"], plan["seeds_at"].items(), []
     for seed, mode in itertools.product(plan["seeds"], plan["modes"]):
-        keys, own = [k for k in plan["sweep"] if varies(k, mode)], plan["entry"].get(mode, {})
+        own = plan["entry"].get(mode, {})
+        keys = [k for k in plan["sweep"] if varies(k, mode, entry_of(mode, plan["given"], plan["entry"]))]
         tripled = plan["lrs"] is None and mode == "simplenorm"  # SimpleGPT trains at 3x the baseline's lr
         for lr in plan["lrs"] or [plan["base"]["learning_rate"] * (3 if tripled else 1)]:
             lr = float(f"{lr:.6g}")  # 3 * 6e-4 is 0.0018, not 0.0018000000000000002
             for point in itertools.product(*(plan["sweep"][k] for k in keys)):
                 sweep, suffix = dict(zip(keys, point)), "".join(f"_{k}{v}" for k, v in zip(keys, point))
-                if seed != plan["seeds"][0] and any(sweep.get(k, v[0]) not in v for k, v in seeds_at):
+                if seed != plan["seeds"][0] and any(sweep[k] not in v for k, v in seeds_at if k in sweep):
                     continue  # seeds_at: the first seed only, here
                 name = f"{mode}_lr{lr:g}_s{seed}{suffix}"
                 settings = plan["given"] | dict(learning_rate=lr, min_lr=float(f"{lr * ratio:.6g}"), seed=seed,
@@ -244,12 +291,12 @@ def execute(run, nproc, env, evaluation):
         args = train_args(run)
         what = "resumed" if "--init_from=resume" in args else "ran"
         run["dir"].mkdir(parents=True, exist_ok=True)
-        before = read_log(run["dir"])["seconds"] or 0.0
+        before = (read_log(run["dir"])["seconds"] or 0.0) if what == "resumed" else 0.0  # a fresh start: anew
         try:
             with open(run["dir"] / "train.log", "a") as out:  # train.py's output, kept out of the progress lines
                 subprocess.run([sys.executable, *launcher, TRAIN, *args], stdout=out, stderr=subprocess.STDOUT,
                                env=env)
-        finally:  # a stopped sitting's time counts too
+        finally:  # a stopped sitting's time counts too (the steps after its last checkpoint twice)
             atomic_write(run["dir"] / "seconds.json", json.dumps(dict(seconds=before + time.time() - t0)).encode())
     finished = read_log(run["dir"])["status"] == "finished"
     if evaluation["tasks"] and finished and not evaluated(run["dir"], evaluation):
@@ -308,7 +355,7 @@ def gap_to_pre(g, groups, plan):
     a tripled simplenorm): mean and std over the seeds both finished, and their number; None for pre itself or
     where no such pre finished. Seeds move every mode alike, so the same-seed gap is the sharper comparison."""
     lr = plan["base"]["learning_rate"] if g["tripled"] else g["lr"]
-    point = {k: v for k, v in g["sweep"].items() if varies(k, "pre")}
+    point = {k: v for k, v in g["sweep"].items() if varies(k, "pre", entry_of("pre", plan["given"], plan["entry"]))}
     ref = next((p for p in groups if p["mode"] == "pre" and p["sweep"] == point and f"{p['lr']:g}" == f"{lr:g}"),
                None)
     if g["mode"] == "pre" or ref is None:

@@ -64,7 +64,7 @@ batch_size = 8
 PROMPT = 8  # tokens of the sampling prompt: block_size must leave room after it
 # Each entry compiles GPT.forward anew (dynamo's guards see its mode and switches); past dynamo's default of 8
 # compilations per function the rest would run eager, silently: room for every entry, in both passes
-torch._dynamo.config.recompile_limit = 64
+torch._dynamo.config.cache_size_limit = 64  # the name torch 2.4 knows; recompile_limit since 2.7, an alias
 # train.py's settings that shape what bench.py measures; none of the others do (out_dir, parallel, ...)
 MEASURED = ({f.name for f in dataclasses.fields(GPTConfig)} - {"vocab_size", "norm_mode"}
             | {"seed", "dataset", "batch_size", "learning_rate", "weight_decay", "beta1", "beta2", "device",

@@ -77,10 +77,11 @@ def setting(groups, plan, with_lr=True):
     a swept size as its range (blocks 2–16 × 128)."""
     sizes = {k: sorted({g["sweep"][k] for g in groups if k in g["sweep"]}) for k in SIZES}
     b = plan["base"] | {k: f"{vs[0]}–{vs[-1]}" if len(vs) > 1 else vs[0] for k, vs in sizes.items() if vs}
-    seeds = len({r["seed"] for g in groups for r in g["runs"] if r["status"] in ("finished", "diverged")})
+    counts = {g["finished"] + g["diverged"] for g in groups} - {0}  # seeds per group: 1–3 where they differ
+    seeds = f"{min(counts)}–{max(counts)}" if len(counts) > 1 else str(max(counts, default=0))
     lr = f"lr {b['learning_rate']:g}, " * with_lr
     return (f"{b['dataset']}, {b.get('arch', 'gpt2')} blocks {b['n_layer']} × {b['n_embd']}, {lr}"
-            f"{b['max_iters']:,} steps, {seeds} seed{'s' * (seeds != 1)}")
+            f"{b['max_iters']:,} steps, {seeds} seed{'s' * (seeds != '1')}")
 
 
 def read_meta(plan):
@@ -232,11 +233,13 @@ def minutes(seconds):
     return "—" if seconds is None else f"{seconds:.0f} s" if seconds < 100 else f"{seconds / 60:.1f} min"
 
 
-def gap_cell(gap):
-    """A same-seed gap to pre for a table: +0.0123 ± 0.0040 (3), or — (pre, or no pre to compare with)."""
+def gap_cell(gap, seeds):
+    """A same-seed gap to pre for a table: +0.0123 ± 0.0040 (3), the number of seeds where it is not one or not
+    the row's; or — (pre, or no pre to compare with)."""
     if gap is None:
         return "—"
-    return f"{gap['mean']:+.4f}" + (f" ± {gap['std']:.4f} ({gap['seeds']})" if gap["seeds"] > 1 else "")
+    spread = f" ± {gap['std']:.4f}" if gap["seeds"] > 1 else ""
+    return f"{gap['mean']:+.4f}{spread}" + (f" ({gap['seeds']})" if gap["seeds"] > 1 or gap["seeds"] != seeds else "")
 
 
 def table(groups):
@@ -256,7 +259,7 @@ def table(groups):
         settings = " ".join(f"{k}={v}" for k, v in (g["own"] | g["sweep"]).items()) or "—"
         lr = f"{g['lr']:g}" + (" (3×)" if g["tripled"] else "")
         scores = "".join(f" {score_cell(g['tasks'].get(task))} |" for task in metrics)
-        rows.append(f"| {g['mode']} | {settings} | {lr} | {seeds} | {final} | {gap_cell(g['gap'])} | {best} | "
+        rows.append(f"| {g['mode']} | {settings} | {lr} | {seeds} | {final} | {gap_cell(g['gap'], seeds)} | {best} | "
                     f"{diverged} | {speed} | "
                     f"{minutes(g['seconds'])} |{scores}")
     return "\n".join(rows)
@@ -285,10 +288,13 @@ def size_table(groups, plan, key):
         for v in sizes:
             g = at.get(v)
             mean, std = g and g["final_val_loss"] or (None, None)
+            diverged = f"{g['diverged']} diverged" if g and g["diverged"] else ""
+            count = ", ".join(filter(None, [f"{g['finished']}" * (g["finished"] > 1 or bool(diverged)), diverged]))
             cells.append("—" if g is None else ("diverged" if g["diverged"] else "failed") if mean is None
-                         else f"{mean:.4f}" + (f" ± {std:.4f} ({g['finished']})" if g["finished"] > 1 else ""))
+                         else f"{mean:.4f}" + f" ± {std:.4f}" * (g["finished"] > 1) + f" ({count})" * bool(count))
         rows.append(f"| {family} | " + " | ".join(cells) + " |")
-    runs = {v: [r for g in groups if g["sweep"].get(key) == v for r in g["runs"] if r["seconds"]] for v in sizes}
+    runs = {v: [r for g in groups if g["sweep"].get(key) == v for r in g["runs"]
+                if r["seconds"] and r["status"] == "finished"] for v in sizes}
     per_run = [minutes(statistics.fmean(r["seconds"] for r in runs[v]) if runs[v] else None) for v in sizes]
     total = [minutes(sum(r["seconds"] for r in runs[v]) if runs[v] else None) for v in sizes]
     rows += ["| time per run | " + " | ".join(per_run) + " |", "| time, all runs | " + " | ".join(total) + " |"]
@@ -346,7 +352,7 @@ def plot_size(groups, plan, key, params, path):
 def plot_all(groups, plan, folder):
     """Every figure the runs allow, into folder; returns their file names: none when no run finished or
     diverged (an empty figure would only say so). A size sweep gets final loss against the size and the
-    parameters, and validation loss and per-block figures at each size (not one over all the sizes)."""
+    parameters, and at each size the validation loss, gradient norm and rotation angle per block."""
     if not any(g["finished"] or g["diverged"] for g in groups):
         return []
     key, pngs = size_key(plan), []
@@ -361,9 +367,10 @@ def plot_all(groups, plan, folder):
                 at = [g | dict(sweep={k: x for k, x in g["sweep"].items() if k != key})
                       for g in groups if g["sweep"].get(key) == v]
                 pngs += plot_one(at, plan | dict(base=plan["base"] | {key: v}), folder, f"_{key}{v}",
-                                 ("val_loss", "grad_norm", "angle"))
-        pngs += plot_one(groups, plan, folder, "", () if key else ("val_loss", "grad_norm", "resid_rms", "angle"),
-                         lr=not key or len({g["lr"] for g in groups}) > 1)
+                                 ("val_loss", "grad_norm", "angle"))  # the papers' argument: per block, per depth
+        every = ("val_loss", *(name for name, _, _ in LAYER_FIGURES))
+        pngs += plot_one(groups, plan, folder, "", () if key else every,
+                         lr=not key or len(plan["lrs"] or []) > 1)  # not simplenorm's 3x alone
     return pngs
 
 

@@ -89,7 +89,7 @@ def test_the_gap_to_pre_is_each_runs_final_loss_less_pres_from_the_logs(ablation
 def test_the_gap_to_pre_pairs_seeds_and_takes_pre_at_the_base_lr_for_a_tripled_simplenorm():
     """Seeds pair by number (a seed pre lacks is left out); simplenorm at 3x compares with pre at the base rate,
     a run at another rate of an lr sweep with pre at that rate; a sweep key of another mode is not pre's point."""
-    plan = dict(base=dict(learning_rate=1e-3))
+    plan = dict(base=dict(learning_rate=1e-3), given={}, entry={})
     run = lambda seed, loss, status="finished": dict(seed=seed, final_val_loss=loss, status=status)
     group = lambda mode, lr, runs, tripled=False, sweep={}: dict(mode=mode, lr=lr, runs=runs, tripled=tripled,
                                                                 sweep=sweep)
@@ -252,7 +252,9 @@ def test_entry_settings_are_an_entrys_own_over_the_configs_but_not_the_sweeps(tm
     swept = ablate.plan_runs(ablate.configure([str(config), "--sweep=tie_embeddings=True"]), tmp_path)
     assert all(r["settings"]["tie_embeddings"] for r in swept)
     for text, message in (("{'rezero': {'dropout': 0.1}}", "unknown mode(s) rezero"),
-                          ("{'pre': {'learning_rate': 1e-3}}", "sets learning_rate per run: use --lrs"),
+                          ("{'pre': {'learning_rate': 1e-3, 'seed': 2}}",
+                           "entry_settings of pre sets learning_rate, seed, which ablate.py sets per run: use --modes"),
+                          ("{'post': 1}", "entry_settings of post must be a dict of train.py settings, got 1"),
                           ("{'pre': {'dropuot': 0.1}}", "did you mean 'dropout'"),
                           ("{'pre': {'dropout': 'x'}}", "dropout must be float")):
         config.write_text(f"ablate_entry_settings = {text}\n")
@@ -277,14 +279,51 @@ def test_sweep_keys_of_a_presets_mode_vary_the_preset_and_seeds_at_keeps_seeds_t
     assert len(runs) == (2 + 4 + 4 + 4) + 2 * (1 + 2 + 2 + 2)  # seeds 2 and 3 at n_layer 4 only
 
 
+def test_a_sweep_that_varies_no_entry_or_undoes_a_preset_and_a_seeds_at_off_the_sweep_are_one_line_errors():
+    """A typo must not triple a ladder's compute or drop its seeds silently: seeds_at names swept points only."""
+    for args, message in (
+            (["--modes=pre,deep", "--sweep=geo_alpha=1,3"], "--sweep=geo_alpha=... varies none of the modes pre, deep"),
+            (["--modes=pre,dyt", "--sweep=norm_type=norm,dyt"], "would undo the preset dyt, which sets norm_type"),
+            (["--modes=pre", "--sweep=n_layer=2,4", "--seeds_at={'n_layers': [4]}"],
+             "unknown setting 'n_layers' in seeds_at: did you mean 'n_layer'?"),
+            (["--modes=pre", "--sweep=n_layer=2,4", "--seeds_at={'n_embd': [64]}"],
+             "seeds_at names n_embd, which is not swept: add --sweep=n_embd=... or drop it"),
+            (["--modes=pre", "--sweep=n_layer=2,4", "--seeds_at={'n_layer': [16]}"],
+             "seeds_at gives n_layer [16]: choose among its sweep's values 2, 4"),
+            (["--modes=pre", "--sweep=n_layer=2,4", "--seeds_at={'n_layer': []}"], "seeds_at gives n_layer []")):
+        assert message in error_of(ablate.configure, args), args
+
+
+def test_dyt_keys_vary_every_entry_under_norm_type_dyt_and_only_those():
+    plan = ablate.configure(["--modes=pre,sandwich,post", "--norm_type=dyt", "--sweep=dyt_alpha_attn=0.5,0.8"])
+    assert [r["name"] for r in ablate.plan_runs(plan, ROOT)] == [
+        f"{m}_lr0.001_s1337_dyt_alpha_attn{a}" for m in ("pre", "sandwich", "post") for a in (0.5, 0.8)]
+    plan = ablate.configure(["--modes=pre,dyt", "--sweep=dyt_alpha_attn=0.5,0.8"])
+    assert [r["name"] for r in ablate.plan_runs(plan, ROOT)] == [
+        "pre_lr0.001_s1337", "dyt_lr0.001_s1337_dyt_alpha_attn0.5", "dyt_lr0.001_s1337_dyt_alpha_attn0.8"]
+
+
+def test_a_size_tables_cell_says_how_many_seeds_finished_and_diverged():
+    plan = dict(base=dict(n_layer=4, learning_rate=1e-3), sweep={"n_layer": [2, 4]}, lrs=None)
+    group = lambda n, finished, diverged, loss: dict(mode="pre", lr=1e-3, tripled=False, sweep={"n_layer": n},
+                                                     finished=finished, diverged=diverged, final_val_loss=loss,
+                                                     runs=[])
+    groups = [group(2, 1, 2, (1.4, 0.0)), group(4, 3, 0, (1.3, 0.01))]
+    rows = plots.size_table(groups, plan, "n_layer").splitlines()
+    assert rows[2] == "| pre | 1.4000 (1, 2 diverged) | 1.3000 ± 0.0100 (3) |"
+    groups = [group(2, 0, 3, None), group(4, 1, 0, (1.3, 0.0))]
+    assert plots.size_table(groups, plan, "n_layer").splitlines()[2] == "| pre | diverged | 1.3000 |"
+
+
 def test_ablate_settings_in_a_config_file_are_not_passed_to_train(tmp_path):
     config = tmp_path / "config.py"
-    config.write_text("n_layer = 2\nlearning_rate = 2e-3\nmin_lr = 2e-4\nablate_modes = ['deep']\n"
+    config.write_text("n_layer = 2\nlearning_rate = 2e-3\nmin_lr = 2e-4\nablate_modes = ['deep', 'geonorm']\n"
                       "ablate_lrs = [1e-3]\nablate_sweep = {'geo_decay': ['none', 'sqrt']}\n")
     plan = ablate.configure([str(config), "--sweep=geo_max_angle=None,0.5"])
-    assert plan["modes"] == ["deep"] and plan["lrs"] == [1e-3]
+    assert plan["modes"] == ["deep", "geonorm"] and plan["lrs"] == [1e-3]
     assert plan["sweep"] == {"geo_decay": ["none", "sqrt"], "geo_max_angle": [None, 0.5]}
-    [run] = ablate.plan_runs(plan, tmp_path)  # geo_* keys do not vary deep
+    run, *geonorm = ablate.plan_runs(plan, tmp_path)  # geo_* keys do not vary deep
+    assert run["mode"] == "deep" and len(geonorm) == 4
     assert not any(k.startswith("ablate_") for k in run["settings"])
     assert run["settings"]["min_lr"] == pytest.approx(1e-4)  # the config's lr/10 ratio, at the run's lr
     config.write_text("ablate_seed = [1, 2]\n")
