@@ -25,7 +25,8 @@ diverged run (non-finite loss) is a result, tabled and plotted as diverged. out_
 (with each run's wall time), results.json and the plots.
 
 Before any run starts, eval.py loads the eval tasks and train.py checks each run's settings (both --dry_run):
-a mistake is one line, with nothing trained. A run that fails or is not evaluated makes the exit status 1.
+a mistake is one line, with nothing trained; --dry_run stops there. A run that fails or is not evaluated makes
+the exit status 1.
 """
 import difflib
 import itertools
@@ -126,10 +127,11 @@ def configure(argv):
     evaluation = {k.removeprefix("ablate_eval_"): own[k]
                   for k in ("ablate_eval_tasks", "ablate_eval_limit", "ablate_eval_include_path")}
     given = {k: v for k, v in given.items() if not k.startswith("ablate_")}
+    dry_run = given.pop("dry_run", False)  # ablate.py's own: check every run, train none
     modes = configurator.parse_modes(own["ablate_modes"])
     entry = check_entries(own["ablate_entry_settings"], settings)
     check_sweep(sweep, modes, {"log_layer_stats": True} | given, entry)
-    return dict(modes=modes, seeds=seeds, lrs=lrs, entry=entry, eval=evaluation, figures=own["ablate_figures"],
+    return dict(dry_run=dry_run, modes=modes, seeds=seeds, lrs=lrs, entry=entry, eval=evaluation, figures=own["ablate_figures"],
                 seeds_at=check_seeds_at(own["ablate_seeds_at"], sweep, settings), sweep=sweep,
                 nproc=own["ablate_nproc"], jobs=own["ablate_jobs"], given={"log_layer_stats": True} | given,
                 base=base)
@@ -270,8 +272,7 @@ def check_before_training(runs, plan, env):
     writing nothing). The first failure is one line."""
     eval_args = [f"--{k}={v}" for k, v in plan["eval"].items() if v]
     checks = [("the eval tasks", [EVAL, "--dry_run=True", *eval_args])] * bool(plan["eval"]["tasks"])
-    if "dry_run" in configurator.read_settings(TRAIN):  # until train.py has it, each run finds out for itself
-        checks += [(r["name"], [TRAIN, *train_args(r), "--dry_run=True"]) for r in runs if not done(r)]
+    checks += [(r["name"], [TRAIN, *train_args(r), "--dry_run=True"]) for r in runs if not done(r)]
     env = env | {"WORLD_SIZE": str(plan["nproc"])}  # the run's processes: its accumulation must split
     with ThreadPoolExecutor(plan["jobs"]) as pool:
         results = pool.map(lambda check: subprocess.run([sys.executable, *check[1]], capture_output=True,
@@ -394,6 +395,9 @@ def main(argv=None):
     threads = given or str(max(1, (os.cpu_count() or 1) // (plan["jobs"] * plan["nproc"])))
     env = os.environ | {"OMP_NUM_THREADS": threads}
     check_before_training(runs, plan, env)
+    if plan["dry_run"]:
+        todo = sum(not done(r) for r in runs)
+        return print(f"dry run: every check passed; {todo} of {len(runs)} runs would train in {root}, nothing written")
     print(f"{len(runs)} runs in {root}, {plan['jobs']} at a time, {threads} threads per process"
           + " (OMP_NUM_THREADS)" * bool(given))
     with ThreadPoolExecutor(plan["jobs"]) as pool:
@@ -415,9 +419,9 @@ def main(argv=None):
     unscored = [r["name"] for g in groups for r in g["runs"]
                 if plan["eval"]["tasks"] and r["status"] == "finished" and not r["scores"]]
     if failed or unscored:
-        sys.exit(f"error: of {len(runs)} runs, {len(failed)} did not finish ({', '.join(failed) or '-'}: see "
-                 f"their train.log) and {len(unscored)} were not evaluated ({', '.join(unscored) or '-'}: "
-                 "see their eval.log)")
+        clauses = [f"{len(names)} {what} ({', '.join(names)}: see their {log})" for names, what, log in
+                   ((failed, "did not finish", "train.log"), (unscored, "were not evaluated", "eval.log")) if names]
+        sys.exit(f"error: of {len(runs)} runs, {' and '.join(clauses)}")
 
 
 if __name__ == "__main__":

@@ -170,7 +170,7 @@ def test_no_run_that_finished_is_an_error_exit_with_no_empty_figures_and_a_true_
     with pytest.raises(SystemExit) as e:
         ablate.main([f"--out_dir={tmp_path}", "--modes=pre,geonorm", "--lrs=1e-3"])
     assert str(e.value.code) == ("error: of 2 runs, 2 did not finish (pre_lr0.001_s1337, geonorm_lr0.001_s1337:"
-                                 " see their train.log) and 0 were not evaluated (-: see their eval.log)")
+                                 " see their train.log)")
     printed = capsys.readouterr().out
     assert "2 runs in" in printed and "3 threads per process (OMP_NUM_THREADS)" in printed
     assert "ran with 3" in printed
@@ -277,6 +277,18 @@ def test_sweep_keys_of_a_presets_mode_vary_the_preset_and_seeds_at_keeps_seeds_t
     assert {r["seed"] for r in runs if r["sweep"]["n_layer"] == 4} == {1, 2, 3}
     assert {r["seed"] for r in runs if r["sweep"]["n_layer"] == 2} == {1}
     assert len(runs) == (2 + 4 + 4 + 4) + 2 * (1 + 2 + 2 + 2)  # seeds 2 and 3 at n_layer 4 only
+
+
+def test_dry_run_checks_every_run_and_trains_none(data_dir, tmp_path, capsys):
+    """--dry_run is ablate.py's own (not passed on to the runs, which would then never finish): train.py checks
+    each run, and nothing is written."""
+    args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--modes=pre,dyt", "--dry_run"]
+    assert ablate_main(*args).strip() == (f"dry run: every check passed; 2 of 2 runs would train in "
+                                          f"{tmp_path / 'ablate'}, nothing written")
+    assert error_of(ablate.main, [*args, "--n_head=3"]) == ("error: pre_lr0.003_s1: n_embd=32 is not divisible by "
+                                                            "n_head=3: choose n_head among the divisors of n_embd "
+                                                            "(nothing has run)")
+    assert not any(tmp_path.iterdir())
 
 
 def test_a_sweep_that_varies_no_entry_or_undoes_a_preset_and_a_seeds_at_off_the_sweep_are_one_line_errors():
