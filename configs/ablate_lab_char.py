@@ -1,11 +1,11 @@
 """The lab: the eleven modes, Peri-LN and DyT on tiny Shakespeare by characters, seeds 1-3, 2 runs at a time on a
 2-core CPU: configs/ablate_shakespeare_char.py's setting (4 blocks, 128 wide, 64 characters, 2,000 steps at lr 2e-3).
     python prepare_data.py shakespeare_char --input input.txt
-    python ablate.py configs/ablate_lab_char.py --seeds=1   # one seed first: about 30 minutes on 2 cores
-    python ablate.py configs/ablate_lab_char.py             # all three (seed 1 is skipped): about 1.5 hours in all
-Results and plots: out/ablate_lab_char/ablate/results.md. The time: the six modes take about 12 minutes a seed at
-2 jobs, 13 entries about 13/6 of that, and geonorm, simplenorm, hybrid and ngpt step 1.1-1.5x slower than pre
-(eager, bench.py): about 30 minutes a seed, 90 for three.
+    python ablate.py configs/ablate_lab_char.py --seeds=1   # one seed first: about 17 minutes on 2 cores
+    python ablate.py configs/ablate_lab_char.py             # all three (seed 1 is skipped): about 50 minutes in all
+Results and plots: out/ablate_lab_char/ablate/results.md; docs/lab.md has them. The time, measured: 2.1 to 3.7
+minutes a run, two at a time (ngpt, geonorm and simplenorm step 1.4-1.6x slower than pre, eager), 53 minutes
+for the 39 runs.
 Per entry (ablate_entry_settings below; NORM_MODES.md §11, §13):
 - An untied head (tie_embeddings=False) where a tied one gives a copy bias at init (tests/test_llama.py,
   docs/modes.md): post, deep and geonorm (P(next = current) 0.08 at this width, uniform 0.015) and mixln (its
