@@ -18,7 +18,8 @@ Per entry (ablate_entry_settings below; NORM_MODES.md §11, §13):
   so 2e-3 as pre, with their schedule: no warmup, no weight decay, cosine to 0. The other papers keep their
   baselines' rates (LNS and Mix-LN 1e-3 for both arms, HybridNorm OLMo 2's, DyT LLaMA's): pre's 2e-3.
 - DyT keeps the model's α (0.8 before attention, 0.2 elsewhere: the authors' 7B values; theirs grow as the
-  width shrinks, untuned at 128); mixln its α = 0.25 (block 1 of 4 post).
+  width shrinks, untuned below 4,096; 0.2 to 3.2 tried here, docs/lab.md: 0.8 best); mixln its α = 0.25
+  (block 1 of 4 post).
 """
 from configs.ablate_shakespeare_char import *  # 4 layers, 128 wide, block 64, 2,000 steps at lr 2e-3, 2 jobs
 
