@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 
 import matplotlib.colors
 import matplotlib.image
@@ -518,6 +519,24 @@ def test_a_size_sweep_tables_loss_and_time_per_size_and_draws_loss_against_size_
     for name in SIZE_PLOTS:
         assert f"![{name}]({name})" in results and (root / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     assert not (root / "val_loss.png").exists() and not (root / "lr.png").exists()  # one lr: no lr figure
+
+
+def test_a_final_val_loss_over_two_seeds_is_the_mean_and_sample_stdev_of_each_runs_last_evaluation(ladder):
+    """results.md's "final val loss" of a group with seeds 1 and 2, in its table and in the size table's cell,
+    is statistics.mean ± statistics.stdev (n - 1) of the two runs' last eval val_loss in their log.jsonl."""
+    _, root, _ = ladder
+    results = (root / "results.md").read_text()
+    table, sized = results.split("\nFinal val loss by n_layer")
+    rows = [row for row in table_rows(table) if row["seeds"] == "2"]
+    assert sorted((row["mode"], row["settings"].split()[-1]) for row in rows) == [("peri", "n_layer=2"),
+                                                                                    ("pre", "n_layer=2")]
+    for row in rows:
+        last = [[e for e in log_events(root / f"{row['mode']}_lr0.003_s{seed}_n_layer2") if e["event"] == "eval"]
+                [-1]["val_loss"] for seed in (1, 2)]
+        mean, std = statistics.mean(last), statistics.stdev(last)
+        assert std > 0 and row["final val loss"] == f"{mean:.4f} ± {std:.4f}", row["mode"]
+        [cell] = [line for line in sized.splitlines() if line.startswith(f"| {row['mode']} | ")]
+        assert cell.endswith(f" | {mean:.4f} ± {std:.4f} (2) |"), cell
 
 
 def test_a_size_sweeps_figures_are_redrawn_from_its_finished_runs(ladder, tmp_path, monkeypatch):

@@ -40,6 +40,31 @@ def test_bench_reports_the_modes_asked_for_after_pre_the_baseline(arch):
     assert all(r["mfu"] is None for r in report["training"])  # no peak FLOP/s on a CPU: no made-up MFU
 
 
+def test_every_derived_figure_is_its_raw_figures_divided_in_the_json_and_the_table(capsys):
+    """What the report derives, recomputed from the raw figures it prints: ratio_to_pre = step_ms / pre's
+    step_ms (pre's exactly 1), tokens_per_s = batch_size * block_size tokens per step / seconds per step, the
+    cache speedup = tokens/s with the cache / without, the loader's tokens/s = batches/s * tokens per batch;
+    and the table prints those same figures."""
+    bench.main([*TINY, "--modes=geonorm,simplenorm", "--steps=2", "--compile=off", "--json"])
+    report, tokens = json.loads(capsys.readouterr().out), 2 * 32  # --batch_size=2, --block_size=32
+    pre = report["training"][0]
+    assert pre["mode"] == "pre" and pre["ratio_to_pre"] == 1.0
+    for r in report["training"]:
+        assert r["ratio_to_pre"] == pytest.approx(r["step_ms"] / pre["step_ms"], rel=1e-12), r["mode"]
+        assert r["tokens_per_s"] == pytest.approx(tokens / (r["step_ms"] / 1000), rel=1e-12), r["mode"]
+    assert len({r["step_ms"] for r in report["training"]}) == 3  # distinct times: a wrong base would show
+    for r in report["sampling"]:
+        assert r["cache_speedup"] == pytest.approx(r["tokens_per_s_cache"] / r["tokens_per_s_no_cache"], rel=1e-12)
+    loader = report["data_loader"]
+    assert loader["tokens_per_s"] == pytest.approx(loader["batches_per_s"] * tokens, rel=1e-12)
+    bench.print_table(report)
+    table = [line.split() for line in capsys.readouterr().out.splitlines()]
+    for r in report["training"]:  # mode, compile, ms/step, x pre, tokens/s, ...
+        [row] = [cells for cells in table if cells[:2] == [r["mode"], "off"]]
+        assert row[2:5] == [f"{r['step_ms']:.1f}", f"{r['step_ms'] / pre['step_ms']:.3f}",
+                            f"{tokens / (r['step_ms'] / 1000):,.0f}"], r["mode"]
+
+
 def test_the_presets_are_rows_of_their_own_measured_as_the_settings_they_name():
     result = run_bench("--modes=dyt,peri", "--steps=1", "--compile=off", "--json")
     assert result.returncode == 0, result.stderr

@@ -266,6 +266,35 @@ def test_same_seed_same_samples_with_and_without_cache(tmp_path):
     assert run(folder, *args) != run(folder, *args, "--seed=2")
 
 
+@pytest.mark.parametrize("sampling", [dict(temperature=0.8, top_k=200, top_p=1.0),  # sample.py's defaults
+                                      dict(temperature=1.0, top_k=0, top_p=1.0),
+                                      dict(temperature=1.3, top_k=5, top_p=1.0),
+                                      dict(temperature=0.7, top_k=0, top_p=0.9),
+                                      dict(temperature=1.5, top_k=8, top_p=0.8)])
+def test_sample_i_is_the_same_in_every_run_with_the_seed_whatever_num_samples(tmp_path, capsys, sampling):
+    """The seeding contract, under each sampling setting: --seed seeds one generator once, and the samples are
+    GPT.generate's drawn from it in turn. So sample i of any run with the seed is sample i of every other,
+    --num_samples=n gives the first n of --num_samples=3 (sample 1 is a lone run's), and the samples differ
+    (2 and 3 are no lone run's of any seed: reproduce them with --num_samples=3). Each is printed, then a rule."""
+    folder = write_checkpoint(tmp_path, "geonorm")
+    ckpt = torch.load(folder / "ckpt.pt")
+    ckpt["model"]["lm_head.weight"].mul_(5)  # tied to wte: logits that temperature, top-k and top-p change
+    save(ckpt, folder)
+    args = ("--start=the king", "--max_new_tokens=8", "--seed=5", *(f"--{k}={v}" for k, v in sampling.items()))
+    three = run(folder, *args, "--num_samples=3")
+    assert capsys.readouterr().out == "".join(f"{text}\n---------------\n" for text in three)
+    assert len(set(three)) == 3 and all(text.startswith("the king") and len(text) == 8 + 8 for text in three)
+    assert run(folder, *args, "--num_samples=3") == three
+    for n in (1, 2):
+        assert run(folder, *args, f"--num_samples={n}") == three[:n]
+    model, meta = checkpoint.load_model(folder, "cpu")
+    encode, decode = get_tokenizer(meta)
+    x, generator = torch.tensor([encode("the king")]), torch.Generator().manual_seed(5)
+    top_k, top_p = sampling["top_k"] or None, sampling["top_p"] if sampling["top_p"] < 1 else None
+    assert three == [decode(model.generate(x, 8, sampling["temperature"], top_k=top_k, top_p=top_p,
+                                           generator=generator)[0].tolist()) for _ in range(3)]
+
+
 def test_start_from_a_file(tmp_path):
     (tmp_path / "prompt.txt").write_text("o, romeo\n")
     (text,) = run(write_checkpoint(tmp_path), f"--start=FILE:{tmp_path / 'prompt.txt'}")
