@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn import LayerNorm as nn_LayerNorm
 
 import model as M
 from model import ARCHS, GPT, GPTConfig, NORM_MODES, RMSNorm, geodesic_step, tangent
@@ -815,3 +816,216 @@ def test_forward_past_block_size_is_a_clear_error():
     model = build("pre")
     with pytest.raises(ValueError, match="block_size is only 32"):
         model(torch.zeros(1, 33, dtype=torch.long))
+
+
+# ---------------------------------------------------------------- widths and epsilons, every combination
+# Each expectation below is derived from NORM_MODES.md (§1, §5, §7.3, §8's table, §11, §13.4–13.6) and the
+# README's modes table, not read off model.py: which norms a model has, their kind, normalized width and ε,
+# the tie rule and a closed-form parameter count, for every family × tying × mode × switch that the spec
+# allows. Widths are chosen apart: d 32, d_h 8, GQA k/v 16, gpt2 MLP 128, llama SwiGLU 88, V 17.
+
+W = dict(n_layer=2, n_head=4, n_embd=32, block_size=8, vocab_size=17, multiple_of=8,
+         mixln_alpha=0.5, dyt_alpha_attn=0.7, dyt_alpha_ffn=0.2, dyt_alpha_final=0.3)
+DYT_OK = ("pre", "sandwich", "geonorm", "lns", "reorder", "hybrid")  # §13.5: DyT replaces these modes' norms
+VARIANTS = {"mixln": [dict(mixln_alpha=0.5), dict(mixln_alpha=1.0)],  # block 1 post | every block post
+            "hybrid": [dict(hybrid_star=False), dict(hybrid_star=True)],
+            "geonorm": [dict(geo_input_norm=True), dict(geo_input_norm=False)]}
+
+
+def spec_allows(arch, norm_mode, bias=False, qk_norm=False, embed_norm=False, norm_type="norm", n_kv_head=None, **_):
+    """The combinations NORM_MODES.md allows (§7.2, §11, §13.4–13.6), written from the spec."""
+    mode = norm_mode
+    return not ((bias and (arch == "llama" or mode in ("simplenorm", "ngpt")))
+                or (qk_norm and mode in ("hybrid", "ngpt"))
+                or (norm_type == "dyt" and mode not in DYT_OK)
+                or (mode == "ngpt" and (embed_norm or n_kv_head is not None)))
+
+
+def width_cases():
+    """Every arch × tie_embeddings (None, True, False) × mode × variant × qk_norm × embed_norm × norm_type,
+    with bias (gpt2) and grouped-query attention as two more switches, the spec's invalid ones kept apart."""
+    for arch in ARCHS:
+        for mode in NORM_MODES:
+            for variant in VARIANTS.get(mode, [{}]):
+                for tie in (None, True, False):
+                    for qk in (False, True):
+                        for emb in (False, True):
+                            for nt in ("norm", "dyt"):
+                                for extra in ({}, dict(bias=True), dict(n_kv_head=2)):
+                                    kw = dict(arch=arch, norm_mode=mode, tie_embeddings=tie, qk_norm=qk,
+                                              embed_norm=emb, norm_type=nt, **variant, **extra)
+                                    yield kw, spec_allows(**kw)
+
+
+def spec_tied(arch, mode, tie):
+    """§11, §13.6: tie_embeddings if given; else gpt2 tied, llama untied, ngpt untied in both."""
+    return tie if tie is not None else arch == "gpt2" and mode != "ngpt"
+
+
+def spec_hidden(arch, d, multiple_of):
+    """§1: 4d (gpt2); §11: multiple_of·⌈(8d/3)/multiple_of⌉ (llama)."""
+    return 4 * d if arch == "gpt2" else multiple_of * math.ceil(8 * d / 3 / multiple_of)
+
+
+def block_mode(c, k):
+    """The placement of block k (1-based): mixln's first ⌊αL⌋ blocks post (§13.2), hybrid_star's block 1 pre."""
+    if c.norm_mode == "mixln":
+        return "post" if k <= math.floor(c.mixln_alpha * c.n_layer + 1e-9) else "pre"
+    if c.norm_mode == "hybrid" and c.hybrid_star and k == 1:
+        return "pre"
+    return c.norm_mode
+
+
+def spec_norms(c):
+    """{module name: (kind, normalized width, ε or None for DyT, DyT role)} by the spec. kind 'family': the
+    family's norm (LayerNorm gpt2, RMSNorm llama, ε norm_eps or 1e-5; DyT under norm_type='dyt'); 'rms': the
+    RMSNorm of QK-norm, simplenorm and hybrid, never DyT (§13.5), ε norm_eps, else 1e-6 for simplenorm's and
+    hybrid's under a tied (0.02) E (§7.3, §13.4), else 1e-5."""
+    tied = spec_tied(c.arch, c.norm_mode, c.tie_embeddings)
+    d, hs = c.n_embd, c.n_embd // c.n_head
+    kv = (c.n_kv_head or c.n_head) * hs
+    hidden = spec_hidden(c.arch, d, c.multiple_of)
+    dyt = c.norm_type == "dyt"
+    fam_eps = None if dyt else (1e-5 if c.norm_eps is None else c.norm_eps)
+    rms_eps = c.norm_eps if c.norm_eps is not None else (
+        1e-6 if c.norm_mode in ("simplenorm", "hybrid") and tied else 1e-5)
+    fam = lambda w, role: ("family", w, fam_eps, role)
+    rms = lambda w: ("rms", w, rms_eps, None)
+    out = {}
+    if c.embed_norm:
+        out["transformer.ln_emb"] = fam(d, "ffn")
+    for k in range(1, c.n_layer + 1):
+        m, p = block_mode(c, k), f"transformer.h.{k - 1}."
+        if m in ("pre", "post", "deep", "sandwich", "lns") or (m == "geonorm" and c.geo_input_norm):
+            out[p + "ln_1"], out[p + "ln_2"] = fam(d, "attn"), fam(d, "ffn")
+        if m == "hybrid":  # ln_2 only, the norm on the stream before the MLP
+            out[p + "ln_2"] = fam(d, "ffn")
+        if m in ("sandwich", "reorder"):
+            out[p + "ln_1_out"], out[p + "ln_2_out"] = fam(d, "ffn"), fam(d, "ffn")
+        if c.norm_mode == "hybrid":  # per head, in every block (hybrid_star's block 1 keeps them)
+            for n in ("q_norm", "k_norm", "v_norm"):
+                out[p + "attn." + n] = rms(hs)
+        elif m == "simplenorm":  # after every W: q, k, v, o (over all heads), W₁, (W₃), W₂
+            out.update({p + "attn.q_norm": rms(d), p + "attn.k_norm": rms(kv), p + "attn.v_norm": rms(kv),
+                        p + "attn.o_norm": rms(d), p + "mlp.fc_norm": rms(hidden), p + "mlp.proj_norm": rms(d)})
+            if c.arch == "llama":
+                out[p + "mlp.up_norm"] = rms(hidden)
+        elif c.qk_norm:  # over all heads jointly
+            out[p + "attn.q_norm"], out[p + "attn.k_norm"] = rms(d), rms(kv)
+    last = block_mode(c, c.n_layer)
+    if c.norm_mode == "simplenorm":
+        out["transformer.ln_f"] = rms(d)
+    elif last not in ("post", "deep", "ngpt"):
+        out["transformer.ln_f"] = fam(d, "final")
+    return out
+
+
+def spec_param_count(c):
+    """Closed form from the spec: nanoGPT's `pre` (§1, §2 P3; §11 for llama) plus the "params vs pre" of §8's
+    table, §13 and the README's modes table, plus each switch's own (qk_norm, embed_norm E3, DyT D4)."""
+    V, B, L, d = c.vocab_size, c.block_size, c.n_layer, c.n_embd
+    hs = d // c.n_head
+    kv = (c.n_kv_head or c.n_head) * hs
+    gpt2, bias, mode = c.arch == "gpt2", c.bias, c.norm_mode
+    tied = spec_tied(c.arch, mode, c.tie_embeddings)
+    h = spec_hidden(c.arch, d, c.multiple_of)
+    nb = 2 if bias else 1  # a LayerNorm's gain, and its bias
+    attn = d * (d + 2 * kv) + d * d + bias * (d + 2 * kv + d)
+    mlp = (2 * d * h + bias * (h + d)) if gpt2 else 3 * d * h
+    pre = V * d + gpt2 * B * d + L * (attn + mlp + 2 * nb * d) + nb * d + (not tied) * V * d
+    n_post = math.floor(c.mixln_alpha * L + 1e-9)
+    delta = {"pre": 0, "post": -nb * d, "deep": -nb * d, "sandwich": 2 * L * nb * d, "geonorm": 0,
+             "simplenorm": -2 * L * d + L * (d + 2 * kv + d + h + (not gpt2) * h + d),  # S5: +7Ld on gpt2
+             "lns": 0, "mixln": -nb * d if n_post >= L else 0, "reorder": 0,
+             "hybrid": -L * nb * d + 3 * L * hs + c.hybrid_star * nb * d,  # H5
+             "ngpt": -(2 * L + 1) * d + L * (2 * d + d + (h if gpt2 else 2 * h)) + V}[mode]  # N8
+    if mode == "geonorm" and not c.geo_input_norm:
+        delta -= 2 * L * nb * d
+    if c.qk_norm and mode != "simplenorm":  # RMSNorm gains on q (d) and k (kv); simplenorm has them already
+        delta += L * (d + kv)
+    if c.embed_norm:  # E3
+        delta += nb * d
+    if c.norm_type == "dyt":  # D4: one α per replaced norm, and s
+        n_family = {"pre": 2 * L + 1, "lns": 2 * L + 1, "sandwich": 4 * L + 1, "reorder": 2 * L + 1,
+                    "geonorm": (2 * L if c.geo_input_norm else 0) + 1,
+                    "hybrid": L + 1 + c.hybrid_star}[mode]
+        delta += n_family + c.embed_norm + 1
+    return pre + delta
+
+
+WIDTH_CASES = list(width_cases())
+
+
+def test_width_cases_spec_and_validate_agree_on_which_combinations_exist():
+    """GPTConfig.validate accepts exactly the combinations the spec allows, so the sweep below misses none."""
+    for kw, allowed in WIDTH_CASES:
+        try:
+            GPTConfig(**{**W, **kw})
+            accepted = True
+        except ValueError:
+            accepted = False
+        assert accepted == allowed, kw
+    assert sum(allowed for _, allowed in WIDTH_CASES) > 600
+
+
+def _case_id(kw):
+    return "-".join(str(v) if not isinstance(v, bool) else f"{k}{int(v)}" for k, v in kw.items())
+
+
+@pytest.mark.parametrize("norm_eps", [None, 0.0])  # 0.0: an override that a falsy test of norm_eps would miss
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("mode", NORM_MODES)
+def test_every_norms_kind_width_and_eps_the_tie_and_the_param_count(mode, arch, norm_eps):
+    """For every allowed combination: the set of norm modules, each one's kind, gain width, ε (DyT: α by
+    role, β iff bias), the width of what it normalizes in a forward pass, the head tied exactly when
+    config.tied says (one tensor), config.tied by the spec's rule, and the closed-form parameter count."""
+    idx = torch.tensor([[1, 5, 16, 3]])
+    for kw, allowed in WIDTH_CASES:
+        if not allowed or kw["arch"] != arch or kw["norm_mode"] != mode:
+            continue
+        if norm_eps is not None and ("bias" in kw or "n_kv_head" in kw):  # ε's rule does not read them
+            continue
+        c = GPTConfig(**{**W, **kw, "norm_eps": norm_eps})
+        torch.manual_seed(0)
+        model = GPT(c)
+        expected, where = spec_norms(c), f"{kw} norm_eps={norm_eps}"
+        found = {n: m for n, m in model.named_modules() if isinstance(m, (nn_LayerNorm, RMSNorm, M.DyT))}
+        assert set(found) == set(expected), where
+        for name, (kind, width, eps, role) in expected.items():
+            m, at = found[name], f"{name} in {where}"
+            assert tuple(m.weight.shape) == (width,), at
+            if kind == "family" and c.norm_type == "dyt":
+                assert type(m) is M.DyT and m.alpha.item() == pytest.approx(getattr(c, f"dyt_alpha_{role}")), at
+                assert (m.bias is not None) == c.bias, at
+            elif kind == "family" and c.arch == "gpt2":
+                assert type(m) is nn_LayerNorm and m.normalized_shape == (width,) and m.eps == eps, at
+                assert (m.bias is not None) == c.bias, at
+            else:
+                assert type(m) is RMSNorm and m.eps == eps, at
+        seen = {}
+        record = lambda n: lambda mod, inp, out: seen.update({n: inp[0].shape[-1]}) and None  # output kept
+        hooks = [m.register_forward_hook(record(n)) for n, m in found.items()]
+        with torch.no_grad():
+            model(idx)
+        for hook in hooks:
+            hook.remove()
+        assert seen == {n: w for n, (_, w, _, _) in expected.items()}, where  # each runs, over its width
+        tied = spec_tied(c.arch, c.norm_mode, c.tie_embeddings)
+        assert c.tied == tied, where
+        head, wte = model.lm_head.weight, model.transformer.wte.weight
+        assert (head is wte) == tied, where
+        if not tied:
+            assert head.data_ptr() != wte.data_ptr(), where
+        n = spec_param_count(c)
+        assert model.get_num_params(non_embedding=False) == n, where
+        lookups = (c.block_size * c.n_embd if c.arch == "gpt2" else 0) + (0 if tied else c.vocab_size * c.n_embd)
+        assert model.get_num_params() == n - lookups, where
+
+
+def test_spec_param_count_reproduces_the_specs_gpt2_small_numbers():
+    """The closed form itself, against §2 P3 (124,373,760 / 124,475,904) and §7.4 S5 (+64,512)."""
+    small = lambda **kw: GPTConfig(**{**GPT2_SMALL, **kw})
+    assert spec_param_count(small()) == 124_373_760
+    assert spec_param_count(small(bias=True)) == 124_475_904
+    assert spec_param_count(small(norm_mode="simplenorm")) == 124_373_760 + 64_512
+    assert spec_hidden("llama", 768, 256) == M.swiglu_width(small(arch="llama")) == 2048
