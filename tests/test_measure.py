@@ -1,4 +1,5 @@
-"""measure.py: peak FLOP/s by a GPU's name, the speed and MFU of the steps between logs, rotation angles."""
+"""measure.py: peak FLOP/s by a GPU's name, the speed and MFU of the steps between logs, rotation angles, the memory
+estimate."""
 import math
 import types
 
@@ -42,3 +43,61 @@ def test_rotation_angle_is_exact_for_small_and_large_angles():
     y = torch.stack([torch.cos(theta), torch.sin(theta), torch.zeros_like(theta)], -1) * 7.0
     for t, xi, yi in zip(theta, x, y):
         assert measure.rotation_angle(xi.view(1, 1, 3), yi.view(1, 1, 3)) == pytest.approx(t.item(), rel=1e-3)
+
+
+def tiny_gpt(n_layer=2, n_embd=32):
+    """A tiny gpt2 pre-norm model without biases on a 64-token vocabulary, block_size 16, 2 heads."""
+    from model import GPT, GPTConfig
+    torch.manual_seed(0)
+    return GPT(GPTConfig(n_layer=n_layer, n_head=2, n_embd=n_embd, block_size=16, vocab_size=64, bias=False))
+
+
+def estimate(model, dtype, batch_size=4, parallel="ddp", world=1, checkpointing=False):
+    cfg = types.SimpleNamespace(parallel=parallel, batch_size=batch_size, activation_checkpointing=checkpointing)
+    return measure.memory_estimate(model, cfg, world, dtype)
+
+
+@pytest.mark.parametrize("parallel, world", [("ddp", 1), ("ddp", 3), ("fsdp", 2)])
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_the_memory_estimate_of_a_tiny_model_is_its_hand_count_under_each_precision(parallel, world, checkpointing):
+    """memory_estimate against a hand count for one tiny config: V·C + T·C + L·(12C² + 2C) + C parameters; AdamW's
+    fp32 weights, gradients and two moments (4 + 4 + 8 bytes each) in fp32 and under bf16 autocast alike, over the
+    processes only under fsdp (plus two blocks' gathered weights in the run's dtype); activations B·T·((L+1)·block
+    + 4V + 8C), with checkpointing B·T·(L·4C + 2·block + 4V + 8C), plus ddp's bf16 copy of the weights (2 bytes
+    each; with checkpointing those outside the blocks). bf16 keeps fewer activation bytes per block than fp32."""
+    model, (V, T, C, L, B) = tiny_gpt(), (64, 16, 32, 2, 4)
+    n, per_block = V * C + T * C + L * (12 * C * C + 2 * C) + C, 12 * C * C + 2 * C
+    assert sum(p.numel() for p in model.parameters()) == n == 27_296
+    shards = world if parallel == "fsdp" else 1
+    blocks = {dtype: measure.block_activation_bytes(model.config, dtype) for dtype in ("float32", "bfloat16")}
+    assert 0 < blocks["bfloat16"] < blocks["float32"]
+    for dtype, size in (("float32", 4), ("bfloat16", 2)):
+        m = estimate(model, dtype, B, parallel, world, checkpointing)
+        gathered = 2 * per_block * size if parallel == "fsdp" else 0
+        assert (m["parameters"], m["gradients"], m["optimizer"]) == pytest.approx(
+            (4 * n / shards + gathered, 4 * n / shards, 8 * n / shards))
+        bf16_ddp = dtype == "bfloat16" and parallel == "ddp"
+        whole = B * T * ((L + 1) * blocks[dtype] + 4 * V + 8 * C) + (2 * n if bf16_ddp else 0)
+        kept = B * T * (L * 4 * C + 2 * blocks[dtype] + 4 * V + 8 * C) + (2 * (n - L * per_block) if bf16_ddp else 0)
+        assert (m["activations"], m["switched"]) == pytest.approx((kept, whole) if checkpointing else (whole, kept))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_memory_estimate_is_linear_in_n_layer_and_batch_size_and_a_blocks_share_in_width(dtype):
+    """Each block adds the same parameters, gradients, optimizer state and activations; activations (less ddp's
+    bf16 weight copy) are proportional to batch_size and the rest does not depend on it; a block's activation
+    bytes per token are proportional to n_embd and do not depend on n_layer."""
+    models = [tiny_gpt(n_layer) for n_layer in (1, 2, 3)]
+    copies = [2 * sum(p.numel() for p in m.parameters()) if dtype == "bfloat16" else 0 for m in models]
+    for key in ("parameters", "gradients", "optimizer", "activations", "switched"):
+        a, b, c = (estimate(m, dtype)[key] for m in models)
+        assert b - a == pytest.approx(c - b), key
+    for model, copy in zip(models, copies):
+        one, three = estimate(model, dtype, batch_size=1), estimate(model, dtype, batch_size=3)
+        assert three["activations"] - copy == pytest.approx(3 * (one["activations"] - copy))
+        for key in ("parameters", "gradients", "optimizer"):
+            assert three[key] == one[key]
+    per_block = [measure.block_activation_bytes(m.config, dtype) for m in models]
+    assert per_block == pytest.approx([per_block[0]] * 3)
+    wide = measure.block_activation_bytes(tiny_gpt(2, n_embd=64).config, dtype)
+    assert wide == pytest.approx(2 * per_block[0])

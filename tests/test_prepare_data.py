@@ -513,3 +513,41 @@ def test_val_tokens_found_beyond_the_text_only_while_tokenizing_leave_only_the_l
         line = one_line_error(cli("text", "--input", small, "--val_tokens", 20, "--shard_tokens", 2, "--out", out))
         assert "lower --val_tokens" in line and "resume" not in line
         assert [p.name for p in out.iterdir()] == [".lock"]
+
+
+SMALL_TEXTS = {  # ASCII, several lines, multi-byte characters, and one too short for 5% to be a token
+    "ascii": "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 3,
+    "unicode": "naïve café — 東京 and ünïcödé, façade.\n" * 7 + "the end\n",
+    "lines": "".join(f"line {i}: {'x' * (i % 5)} y\n" for i in range(37)),
+    "short": "a tiny text, 29 bytes long.\n",
+}
+
+
+@pytest.mark.parametrize("name", SMALL_TEXTS)
+@pytest.mark.parametrize("tokenizer", ["char", pytest.param("gpt2", marks=needs_gpt2)])
+def test_each_tokenizer_holds_out_its_documented_share_and_the_splits_partition_the_text(tmp_path, name, tokenizer):
+    """The held-out split per tokenizer, on small texts: shakespeare* holds out the text's last 10% of characters
+    (val decodes to text[int(0.9 n):], train to the rest); text holds out the first 5% of the stream's estimated
+    tokens (the file's bytes for char, bytes/4 for GPT-2 BPE), at least 1. Val and train never share a token and
+    together are the whole text."""
+    text = SMALL_TEXTS[name]
+    path = tmp_path / "input.txt"
+    path.write_text(text, encoding="utf-8")
+    size = path.stat().st_size
+
+    def encode(out, s):  # the folder's tokens of s: its own character table, or GPT-2's ordinary encoding
+        return get_tokenizer(load_meta(out))[0](s) if tokenizer == "char" else prepare_data._gpt2().encode_ordinary(s)
+
+    out = prepare("shakespeare_char" if tokenizer == "char" else "shakespeare", tmp_path / "sh",
+                  inputs=[str(path)], workers=1)
+    n = int(len(text) * 0.9)
+    assert split_text(out, "val") == text[n:] and split_text(out, "train") == text[:n]
+    assert load_meta(out)["tokens"] == {"val": len(encode(out, text[n:])), "train": len(encode(out, text[:n]))}
+
+    out = prepare("text", tmp_path / "text", inputs=[str(path)], tokenizer=tokenizer, workers=1)
+    held_out = max(1, (size if tokenizer == "char" else size // 4) // 20)
+    tokens, stream = load_meta(out)["tokens"], encode(out, text)
+    assert tokens == {"val": held_out, "train": len(stream) - held_out}
+    assert split_tokens(out, "val") == stream[:held_out] and split_tokens(out, "train") == stream[held_out:]
+    if tokenizer == "char":
+        assert split_text(out, "val") + split_text(out, "train") == text

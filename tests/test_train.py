@@ -403,3 +403,57 @@ def test_the_llama_1b_configs_are_simplegpts_settings_and_differ_only_in_norm_mo
     lrs = [train.get_lr(step, c) for step in (0, 1999, 2000, 101_000, 200_000)]  # warmup, then linear to 0
     assert lrs == pytest.approx([2e-3 / 2001, 2e-3 * 2000 / 2001, 2e-3, 1e-3, 0.0])
     assert devices.accumulation_steps(c, 8) == 2  # 16 sequences of 512 per GPU, 2 micro-batches, 8 GPUs
+
+
+def closed_form_lr(step, lr, min_lr, warmup, end, schedule, frac):
+    """The schedule as the settings' comments describe it, in exact arithmetic: warmup step s at lr·(s+1)/(W+1);
+    then cosine from lr at step W to min_lr at step end, or wsd: lr until the last frac of end, then a straight
+    line to min_lr at end; min_lr from end on."""
+    from fractions import Fraction
+    if step < warmup:
+        return lr * (step + 1) / (warmup + 1)
+    if step >= end:
+        return min_lr
+    if schedule == "cosine":
+        return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * (step - warmup) / (end - warmup))) / 2
+    start = max(Fraction(warmup), end * (1 - Fraction(frac)))
+    return lr if step <= start else float(lr - (lr - min_lr) * (step - start) / (end - start))
+
+
+LR_CASES = [  # (schedule, warmup_iters, max_iters, lr_decay_iters, min_lr, wsd_decay_frac): none the defaults
+    (schedule, *case) for schedule in ("cosine", "wsd") for case in [
+        (7, 90, None, 0.05, 0.25), (0, 64, None, 0.0, 0.5), (3, 200, 120, 0.3, 0.125), (5, 80, 150, 0.02, 0.25),
+        (0, 50, 30, 0.1, 1.0), (10, 40, 40, 0.2, 0.0), (1, 33, None, 0.4, 0.75),
+        (6, 20, 6, 0.1, 0.5)]]  # the decay ends as warmup does: min_lr at once
+
+
+@pytest.mark.parametrize("schedule, warmup, max_iters, decay_iters, min_lr, frac", LR_CASES)
+def test_the_lr_of_every_step_is_the_schedules_closed_form(schedule, warmup, max_iters, decay_iters, min_lr, frac):
+    """get_lr for both schedules under non-default settings, step by step: step 0 at lr/(W+1) (lr itself without
+    warmup), step W at lr, non-increasing after warmup, exactly min_lr at lr_decay_iters (max_iters when None,
+    which then plays no part) and after it; wsd's plateau ends at the last wsd_decay_frac of lr_decay_iters."""
+    lr, end = 2.5, max_iters if decay_iters is None else decay_iters
+    cfg = types.SimpleNamespace(learning_rate=lr, min_lr=min_lr, warmup_iters=warmup, max_iters=max_iters,
+                                lr_decay_iters=decay_iters, lr_schedule=schedule, wsd_decay_frac=frac)
+    steps = range(max(max_iters, end) + 20)
+    lrs = [train.get_lr(step, cfg) for step in steps]
+    assert lrs == pytest.approx([closed_form_lr(s, lr, min_lr, warmup, end, schedule, frac) for s in steps],
+                                rel=1e-12, abs=1e-15)
+    assert lrs[0] == pytest.approx(lr / (warmup + 1), rel=1e-12)
+    assert lrs[warmup] == (lr if warmup < end else min_lr)  # warmup's end reaches the peak exactly
+    if warmup:
+        assert lrs[warmup - 1] == pytest.approx(lr * warmup / (warmup + 1), rel=1e-12)
+    assert all(a >= b for a, b in zip(lrs[warmup:], lrs[warmup + 1:]))
+    assert lrs[end:] == [min_lr] * (len(lrs) - end)  # exactly, not nearly
+    if end - 1 > warmup and frac > 0:  # the step before the end is on its way down, not there yet
+        assert min_lr < lrs[end - 1] < lr
+    if decay_iters is not None:  # max_iters is only the run's length then
+        cfg.max_iters = 3 * max_iters + 11
+        assert [train.get_lr(step, cfg) for step in steps] == lrs
+    if schedule == "wsd":  # the plateau: steps W..start at lr exactly, the decay starts right after
+        start = max(warmup, end * (1 - frac))
+        plateau = [s for s in range(warmup, end) if lrs[s] == lr]
+        assert plateau == list(range(warmup, math.floor(start) + 1))[:end - warmup]
+    else:  # halfway through the decay, the mean of lr and min_lr
+        if end > warmup and (end - warmup) % 2 == 0:
+            assert lrs[warmup + (end - warmup) // 2] == pytest.approx((lr + min_lr) / 2, rel=1e-12)
