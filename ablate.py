@@ -131,9 +131,9 @@ def configure(argv):
     modes = configurator.parse_modes(own["ablate_modes"])
     entry = check_entries(own["ablate_entry_settings"], settings)
     check_sweep(sweep, modes, {"log_layer_stats": True} | given, entry)
-    return dict(dry_run=dry_run, modes=modes, seeds=seeds, lrs=lrs, entry=entry, eval=evaluation, figures=own["ablate_figures"],
-                seeds_at=check_seeds_at(own["ablate_seeds_at"], sweep, settings), sweep=sweep,
-                nproc=own["ablate_nproc"], jobs=own["ablate_jobs"], given={"log_layer_stats": True} | given,
+    return dict(dry_run=dry_run, modes=modes, seeds=seeds, lrs=lrs, entry=entry, eval=evaluation,
+                figures=own["ablate_figures"], seeds_at=check_seeds_at(own["ablate_seeds_at"], sweep, settings),
+                sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"], given={"log_layer_stats": True} | given,
                 base=base)
 
 
@@ -147,7 +147,8 @@ def check_entries(entries, settings):
         if per_run := sorted(set(values) & set(PER_RUN) - {"min_lr"}):
             sys.exit(f"error: entry_settings of {name} sets {', '.join(per_run)}, which ablate.py sets per run: "
                      f"use --modes, --lrs and --seeds")
-        checked[name] = {k: configurator.checked(k, v, settings, f"entry_settings of {name}") for k, v in values.items()}
+        checked[name] = {k: configurator.checked(k, v, settings, f"entry_settings of {name}")
+                         for k, v in values.items()}
     return checked
 
 

@@ -246,8 +246,8 @@ def table(groups):
     """results.md's table: a row per group, its settings the entry's own and its sweep point, its time the wall
     time of one run (mean over seeds); a column per eval task, headed by the metric that sums it up."""
     metrics = {t: s["metric"] for g in groups for t, s in g["tasks"].items()}  # task -> metric, first seen first
-    rows = ["| mode | settings | lr | seeds | final val loss | − pre, same seed | best val loss | diverged | tokens/s |"
-            " time/run |" + "".join(f" {task} {metric} |" for task, metric in metrics.items()),
+    rows = ["| mode | settings | lr | seeds | final val loss | − pre, same seed | best val loss | diverged |"
+            " tokens/s | time/run |" + "".join(f" {task} {metric} |" for task, metric in metrics.items()),
             "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(metrics)]
     for g in groups:
         seeds, (mean, std) = g["finished"] + g["diverged"], g["final_val_loss"] or (None, None)

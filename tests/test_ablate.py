@@ -557,4 +557,5 @@ def test_a_size_sweeps_figures_are_redrawn_from_its_finished_runs(ladder, tmp_pa
     assert title.startswith("Final validation loss against depth") and "blocks 1–2 × 32" in title
     assert {k: matplotlib.colors.to_hex(c) for k, c in colors.items()} == {
         e: matplotlib.colors.to_hex(plots.mode_color(e)) for e in ("pre", "peri")}
-    assert "blocks 2 × 32" in drawn["grad_norm_n_layer2.png"][0] and set(drawn["angle_n_layer1.png"][1]) == {"pre", "peri"}
+    assert "blocks 2 × 32" in drawn["grad_norm_n_layer2.png"][0]
+    assert set(drawn["angle_n_layer1.png"][1]) == {"pre", "peri"}
