@@ -133,8 +133,8 @@ def configure(argv):
     check_sweep(sweep, modes, {"log_layer_stats": True} | given, entry)
     return dict(dry_run=dry_run, modes=modes, seeds=seeds, lrs=lrs, entry=entry, eval=evaluation,
                 figures=own["ablate_figures"], seeds_at=check_seeds_at(own["ablate_seeds_at"], sweep, settings),
-                sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"], given={"log_layer_stats": True} | given,
-                base=base)
+                sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"],
+                given={"log_layer_stats": True} | given, base=base)
 
 
 def check_entries(entries, settings):
