@@ -126,15 +126,14 @@ def configure(argv):
         configurator.checked("learning_rate", lr, settings, "lrs") for lr in listed(own["ablate_lrs"]))
     evaluation = {k.removeprefix("ablate_eval_"): own[k]
                   for k in ("ablate_eval_tasks", "ablate_eval_limit", "ablate_eval_include_path")}
-    given = {k: v for k, v in given.items() if not k.startswith("ablate_")}
+    given = {"log_layer_stats": True} | {k: v for k, v in given.items() if not k.startswith("ablate_")}
     dry_run = given.pop("dry_run", False)  # ablate.py's own: check every run, train none
     modes = configurator.parse_modes(own["ablate_modes"])
     entry = check_entries(own["ablate_entry_settings"], settings)
-    check_sweep(sweep, modes, {"log_layer_stats": True} | given, entry)
+    check_sweep(sweep, modes, given, entry)
     return dict(dry_run=dry_run, modes=modes, seeds=seeds, lrs=lrs, entry=entry, eval=evaluation,
                 figures=own["ablate_figures"], seeds_at=check_seeds_at(own["ablate_seeds_at"], sweep, settings),
-                sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"],
-                given={"log_layer_stats": True} | given, base=base)
+                sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"], given=given, base=base)
 
 
 def check_entries(entries, settings):
