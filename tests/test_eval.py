@@ -474,3 +474,185 @@ def test_ablate_evaluates_again_only_for_other_tasks_or_limit(tmp_path):
     assert not ablate.evaluated(tmp_path, dict(tasks="hellaswag,piqa", limit=None, include_path=""))
     assert not ablate.evaluated(tmp_path, dict(tasks="hellaswag", limit=100, include_path=""))
     assert not ablate.evaluated(tmp_path / "no_run", dict(tasks="hellaswag", limit=100, include_path=""))
+
+
+# ------------------------------------------------------ which settings reach lm-eval, and what comes back
+
+DEFAULT_TASKS = ["hellaswag", "piqa", "arc_easy", "arc_challenge", "winogrande", "lambada_openai"]  # docs/evaluation.md
+FAKE_RESULTS = {  # what a faked lm_eval.simple_evaluate hands back: its shape, lm-eval 0.4's
+    "results": {
+        "tiny_mc": {"alias": "tiny_mc", "acc,none": 0.5, "acc_stderr,none": 0.2, "acc_norm,none": 0.6875,
+                    "acc_norm_stderr,none": 0.1875},  # acc_norm sums it up, though acc comes first
+        "tiny_ll": {"alias": "tiny_ll", "perplexity,none": 12.5, "perplexity_stderr,none": 3.25,
+                    "acc,none": 0.375, "acc_stderr,none": 0.125},  # acc, though perplexity comes first
+        "tiny_roll": {"alias": "tiny_roll", "word_perplexity,none": 40.5, "word_perplexity_stderr,none": "N/A",
+                      "bits_per_byte,none": 1.25, "bits_per_byte_stderr,none": "N/A"}},  # its first number
+    "versions": {"tiny_mc": 1.0, "tiny_ll": 2.0, "tiny_roll": 3.0},
+    "n-shot": {"tiny_mc": 0, "tiny_ll": 0, "tiny_roll": 0},
+    "n-samples": {name: {"original": 6, "effective": 6} for name in ("tiny_mc", "tiny_ll", "tiny_roll")},
+    "higher_is_better": {"tiny_mc": {"acc": True, "acc_norm": True}, "tiny_ll": {"perplexity": False, "acc": True},
+                         "tiny_roll": {"word_perplexity": False, "bits_per_byte": False}},
+}
+
+
+@pytest.fixture
+def lm_eval_spy(monkeypatch):
+    """lm_eval.simple_evaluate faked (nothing is scored): each call's keyword arguments, the LM wrapper among
+    them, and the TaskManager made, recorded; it returns FAKE_RESULTS."""
+    calls, made = [], []
+
+    def simple_evaluate(**kwargs):
+        calls.append(kwargs)
+        return json.loads(json.dumps(FAKE_RESULTS))  # a copy, as lm-eval's own is fresh
+
+    class SpyManager(evaluation.TaskManager):
+        """lm-eval's TaskManager, but lm-eval's own ~15,000 tasks left unindexed (seconds each time): own_tasks
+        says whether eval.py asked for them."""
+        def __init__(self, include_path=None, include_defaults=True):
+            made.append(self)
+            self.own_tasks = include_defaults
+            super().__init__(include_path=include_path, include_defaults=False)
+
+    monkeypatch.setattr(evaluation.lm_eval, "simple_evaluate", simple_evaluate)
+    monkeypatch.setattr(evaluation, "TaskManager", SpyManager)
+    return calls, made
+
+
+def arrived(call):
+    """What lm-eval got from eval.py: simple_evaluate's arguments, the LM wrapper's and the task manager's."""
+    lm, manager = call["model"], call["task_manager"]
+    autocast = lm.autocast
+    files = {t.task_name: (t.config.dataset_kwargs or {}).get("data_files", {}).get("test") for t in call["tasks"]}
+    return dict(
+        arguments=sorted(call), tasks=[t.task_name for t in call["tasks"]], files=files, limit=call["limit"],
+        num_fewshot=call["num_fewshot"], fewshot_random_seed=call["fewshot_random_seed"],
+        bootstrap_iters=call["bootstrap_iters"], log_samples=call["log_samples"],
+        include_path=manager.include_path, own_tasks=manager.own_tasks, batch_size=lm.batch_size, device=lm.device,
+        weights_on=next(lm.model.parameters()).device.type,
+        autocast=(autocast.device, autocast.fast_dtype) if isinstance(autocast, torch.autocast) else None,
+        rank=(lm.rank, lm.world_size), vocab_size=lm.model.config.vocab_size, tokenizer=lm.meta["tokenizer"])
+
+
+CUDA = torch.cuda.is_available()
+AUTO_DEVICE = "cuda" if CUDA else "cpu"  # eval.py's documented defaults: device auto, dtype auto
+DEFAULTS = dict(
+    arguments=sorted(["model", "tasks", "num_fewshot", "limit", "task_manager", "bootstrap_iters", "log_samples",
+                      "fewshot_random_seed"]),
+    limit=None, num_fewshot=None, fewshot_random_seed=1234, bootstrap_iters=1000, log_samples=False,
+    batch_size=16, device=torch.device(AUTO_DEVICE), weights_on=AUTO_DEVICE,
+    autocast=("cuda", torch.bfloat16) if CUDA else None, rank=(0, 1))
+SETTINGS = [  # (setting, the value given on the command line, what lm-eval must then get instead of the default)
+    ("limit", 3, dict(limit=3)),
+    ("num_fewshot", 2, dict(num_fewshot=2)),
+    ("batch_size", 3, dict(batch_size=3)),
+    ("seed", 7, dict(fewshot_random_seed=7)),
+    ("device", "cpu:0", dict(device=torch.device("cpu:0"), weights_on="cpu", autocast=None)),
+    ("dtype", "bfloat16", dict(autocast=(AUTO_DEVICE, torch.bfloat16))),
+    ("dtype", "float32", dict(autocast=None)),
+    ("tasks", "tiny_ll,tiny_mc", "the two, in this order"),
+    ("tasks", "tiny_mc,a YAML's path", "lm-eval's own tasks too, and include_path's"),
+    ("include_path", "a second folder", "its tiny_mc"),
+    pytest.param("init_from", "a local GPT-2", "its weights and BPE", marks=needs_gpt2),
+    (None, None, "every setting at its default"),
+]
+
+
+@pytest.mark.parametrize("setting, value, want", SETTINGS)
+def test_each_setting_reaches_lm_eval_exactly_and_the_others_as_their_defaults(
+        setting, value, want, lm_eval_spy, out_dir, tasks_dir, tmp_path, monkeypatch, request):
+    """eval.py run with one setting given (besides the tasks and their folder, which offline runs need): the
+    value given arrives where lm-eval reads it (simple_evaluate's arguments, the LM wrapper's batch size,
+    device and autocast, the task manager's include_path, the tasks it loaded and their data), and every other
+    setting arrives as eval.py documents its default; eval.json is written to out_dir. With no setting given
+    (in a folder whose out/ holds the checkpoint) the six default tasks reach lm-eval, from no include_path."""
+    calls, made = lm_eval_spy
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(out_dir / "ckpt.pt", run / "ckpt.pt")
+    mc_file = str(tasks_dir / "tiny_mc.jsonl")
+    expected = DEFAULTS | dict(tasks=["tiny_mc"], files={"tiny_mc": mc_file}, include_path=str(tasks_dir), own_tasks=False,
+                               vocab_size=load_model(out_dir, "cpu")[0].config.vocab_size, tokenizer="char")
+    args = [f"--out_dir={run}", "--tasks=tiny_mc", f"--include_path={tasks_dir}"]
+    if value == "tiny_ll,tiny_mc":
+        expected |= dict(tasks=["tiny_ll", "tiny_mc"], files={"tiny_ll": str(tasks_dir / "tiny_ll.jsonl"),
+                                                              "tiny_mc": mc_file})
+        args[1] = f"--tasks={value}"
+    elif setting == "tasks":  # a task not in include_path: the manager indexes lm-eval's own too, and include_path
+        expected |= dict(tasks=["tiny_mc", "tiny_ll"], own_tasks=True, files={
+            "tiny_mc": mc_file, "tiny_ll": str(tasks_dir / "tiny_ll.jsonl")})
+        args[1] = f"--tasks=tiny_mc,{tasks_dir / 'tiny_ll.yaml'}"
+    elif setting == "include_path":
+        other = tmp_path / "other_tasks"
+        other.mkdir()
+        write_task(other, "tiny_mc", MC_DOCS[:2], **MC)
+        expected |= dict(include_path=str(other), files={"tiny_mc": str(other / "tiny_mc.jsonl")})
+        args[2] = f"--include_path={other}"
+    elif setting == "init_from":
+        folder = request.getfixturevalue("gpt2_dir")[0]
+        expected |= dict(vocab_size=50257, tokenizer="gpt2")
+        args.append(f"--init_from={folder}")
+    elif setting is None:  # nothing given: lm-eval's own six tasks (a fake manager: offline, and no indexing)
+        class DefaultTasks:
+            all_tasks = DEFAULT_TASKS
+
+            def __init__(self, include_path=None, include_defaults=True):
+                self.include_path, self.own_tasks = include_path, include_defaults
+                made.append(self)
+
+            def load(self, names):
+                task = type("Task", (), dict(task_name=names[0], config=type("Config", (), dict(dataset_kwargs=None))))
+                return dict(group_map={}, groups={}, tasks={names[0]: task})
+
+        monkeypatch.setattr(evaluation, "TaskManager", DefaultTasks)
+        (tmp_path / "out").mkdir()
+        shutil.copy(out_dir / "ckpt.pt", tmp_path / "out" / "ckpt.pt")
+        monkeypatch.chdir(tmp_path)
+        run, args = tmp_path / "out", []
+        expected |= dict(tasks=DEFAULT_TASKS, files=dict.fromkeys(DEFAULT_TASKS), include_path=None, own_tasks=True)
+    else:
+        expected |= want
+        args.append(f"--{setting}={value}")
+    report = evaluation.main(args)
+    assert len(calls) == 1 and made[-1] is calls[0]["task_manager"]
+    assert arrived(calls[0]) == expected
+    assert json.loads((run / "eval.json").read_text())["settings"] == report["settings"]
+    given = {setting: value} if setting in ("limit", "num_fewshot", "batch_size", "seed", "device", "dtype") else {}
+    assert {k: report["settings"][k] for k in given} == given
+
+
+def test_the_dry_run_reaches_no_model_and_no_simple_evaluate(lm_eval_spy, out_dir, tasks_dir, tmp_path, monkeypatch):
+    calls, made = lm_eval_spy
+    monkeypatch.setattr(checkpoint, "load_model", tripwire)
+    assert evaluation.main([f"--out_dir={tmp_path}", "--tasks=tiny_mc", f"--include_path={tasks_dir}",
+                            "--dry_run=True"]) is None
+    assert calls == [] and made[-1].include_path == str(tasks_dir) and list(tmp_path.iterdir()) == []
+
+
+def test_eval_json_and_the_table_are_exactly_what_lm_eval_returned(lm_eval_spy, out_dir, tasks_dir, tmp_path,
+                                                                    capsys):
+    """eval.json holds lm-eval's results, versions, shots and sample counts as they came back (the faked
+    FAKE_RESULTS), each task summed up by acc_norm where it has one, else acc, else its first number (a
+    stderr lm-eval gives as 'N/A' is null), and the settings; the table printed is lm-eval's of those results."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(out_dir / "ckpt.pt", run / "ckpt.pt")
+    capsys.readouterr()
+    report = evaluation.main([f"--out_dir={run}", "--tasks=tiny_mc,tiny_ll,tiny_roll", f"--include_path={tasks_dir}",
+                              "--limit=4", "--device=cpu"])
+    out = capsys.readouterr().out
+    assert json.loads((run / "eval.json").read_text()) == json.loads(json.dumps(report))
+    assert report["scores"] == {"tiny_mc": dict(metric="acc_norm", value=0.6875, stderr=0.1875),
+                                "tiny_ll": dict(metric="acc", value=0.375, stderr=0.125),
+                                "tiny_roll": dict(metric="word_perplexity", value=40.5, stderr=None)}
+    assert (report["results"], report["versions"], report["n_shot"], report["n_samples"]) == (
+        FAKE_RESULTS["results"], FAKE_RESULTS["versions"], FAKE_RESULTS["n-shot"], FAKE_RESULTS["n-samples"])
+    model = load_model(out_dir, "cpu")[0]
+    assert report["model"] == dict(source=str(checkpoint.find_checkpoint(run)), parameters=model.get_num_params(),
+                                   config=vars(model.config))
+    assert (report["lm_eval_version"], report["processes"]) == (lm_eval.__version__, 1)
+    assert report["settings"] == dict(out_dir=str(run), init_from="resume", tasks="tiny_mc,tiny_ll,tiny_roll",
+                                      limit=4, num_fewshot=None, batch_size=16, include_path=str(tasks_dir),
+                                      seed=1234, device="cpu", dtype="auto", dry_run=False)
+    assert set(report) == {"scores", "results", "versions", "n_shot", "n_samples", "lm_eval_version", "settings",
+                           "processes", "model", "seconds"} and report["seconds"] >= 0
+    assert out == lm_eval.utils.make_table(json.loads(json.dumps(FAKE_RESULTS))) + f"\nwrote {run / 'eval.json'}\n"
