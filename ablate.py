@@ -33,6 +33,7 @@ import itertools
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -294,19 +295,29 @@ def execute(run, nproc, env, evaluation):
         run["dir"].mkdir(parents=True, exist_ok=True)
         before = (read_log(run["dir"])["seconds"] or 0.0) if what == "resumed" else 0.0  # a fresh start: anew
         try:
-            with open(run["dir"] / "train.log", "a") as out:  # train.py's output, kept out of the progress lines
-                subprocess.run([sys.executable, *launcher, TRAIN, *args], stdout=out, stderr=subprocess.STDOUT,
-                               env=env)
+            run_logged([sys.executable, *launcher, TRAIN, *args], run["dir"] / "train.log", env)
         finally:  # a stopped sitting's time counts too (the steps after its last checkpoint twice)
             atomic_write(run["dir"] / "seconds.json", json.dumps(dict(seconds=before + time.time() - t0)).encode())
     finished = read_log(run["dir"])["status"] == "finished"
     if evaluation["tasks"] and finished and not evaluated(run["dir"], evaluation):
         args = [f"--out_dir={run['dir']}"] + [f"--{k}={v}" for k, v in evaluation.items() if v]
-        with open(run["dir"] / "eval.log", "a") as out:
-            failed = subprocess.run([sys.executable, *launcher, EVAL, *args], stdout=out,
-                                    stderr=subprocess.STDOUT, env=env).returncode
+        failed = run_logged([sys.executable, *launcher, EVAL, *args], run["dir"] / "eval.log", env)
         what += f", EVALUATION FAILED (see {run['dir']}/eval.log)" if failed else ", evaluated"
     return what, time.time() - t0
+
+
+RUNNING = set()  # the train.py and eval.py processes running now, which a stop of ablate.py stops too
+
+
+def run_logged(command, log, env):
+    """Run command with its output appended to log (kept out of the progress lines); its exit status."""
+    with open(log, "a") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        RUNNING.add(process)
+        try:
+            return process.wait()
+        finally:
+            RUNNING.discard(process)
 
 
 def progress_line(i, n, run, what, seconds):
@@ -383,6 +394,26 @@ def draw_figures(runs, plan, root):
               f"{', '.join(unfinished)}", file=sys.stderr)
 
 
+def train_all(runs, plan, env):
+    """Execute the runs, jobs at a time, a progress line as each ends. A stop (Ctrl-C, or SIGINT or SIGTERM to
+    this process alone: kill, a scheduler, a job started with & that ignores SIGINT) stops the runs too."""
+    stops = {s: signal.signal(s, signal.default_int_handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with ThreadPoolExecutor(plan["jobs"]) as pool:
+            futures = {pool.submit(execute, run, plan["nproc"], env, plan["eval"]): run for run in runs}
+            try:
+                for i, future in enumerate(as_completed(futures), 1):
+                    print(progress_line(i, len(runs), futures[future], *future.result()), flush=True)
+            except KeyboardInterrupt:  # each run saves a checkpoint and stops (SIGTERM: save and exit, however many)
+                for process in list(RUNNING):
+                    process.send_signal(signal.SIGTERM)
+                pool.shutdown(cancel_futures=True)
+                raise KeyboardInterrupt("run the same command again to go on")
+    finally:
+        for s, handler in stops.items():
+            signal.signal(s, handler)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     plan = configure(argv)
@@ -400,14 +431,7 @@ def main(argv=None):
         return print(f"dry run: every check passed; {todo} of {len(runs)} runs would train in {root}, nothing written")
     print(f"{len(runs)} runs in {root}, {plan['jobs']} at a time, {threads} threads per process"
           + " (OMP_NUM_THREADS)" * bool(given))
-    with ThreadPoolExecutor(plan["jobs"]) as pool:
-        futures = {pool.submit(execute, run, plan["nproc"], env, plan["eval"]): run for run in runs}
-        try:
-            for i, future in enumerate(as_completed(futures), 1):
-                print(progress_line(i, len(runs), futures[future], *future.result()), flush=True)
-        except KeyboardInterrupt:  # the runs got the signal too: they save a checkpoint and stop
-            pool.shutdown(cancel_futures=True)
-            raise KeyboardInterrupt("run the same command again to go on")
+    train_all(runs, plan, env)
     groups = summarize(runs, plan)
     root.mkdir(parents=True, exist_ok=True)
     text = results_text(groups, plan, argv, plot_all(groups, plan, root))

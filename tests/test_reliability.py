@@ -19,7 +19,7 @@ import checkpoint
 import devices
 import prepare_data
 import train
-from conftest import error_of
+from conftest import ROOT, error_of
 from test_train import TINY, command, events, losses, run
 
 
@@ -242,6 +242,43 @@ def test_a_model_setting_is_checked_by_the_model_alone(data_dir, tmp_path):
     with pytest.raises(SystemExit) as error:
         run(data_dir, tmp_path, "--block_size=0")
     assert str(error.value.code) == "error: block_size must be a positive int, got 0"
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_ablate_alone_stops_its_run_with_a_checkpoint_and_starts_no_other(data_dir, tmp_path, stop):
+    """kill -INT or -TERM to ablate.py's own process, as a scheduler or a user sends it to a job started in the
+    background (where SIGINT starts ignored, as here): the run in progress saves and stops, no other starts,
+    and ablate.py exits 130 saying how to go on; no train.py is left running."""
+    out = tmp_path / "out"
+    command = [sys.executable, "ablate.py", f"--data_dir={data_dir}", f"--out_dir={out}", *TINY,
+               "--max_iters=100000", "--modes=pre,geonorm", "--seeds=1", "--jobs=1"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=os.environ | {"OMP_NUM_THREADS": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    run = out / "ablate" / "pre_lr0.003_s1"
+    try:
+        deadline = time.time() + 120
+        while not (run / "log.jsonl").exists() or not logged(run, "train"):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(stop)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.strip().endswith("interrupted: run the same command again to go on")
+    [end] = logged(run, "end")
+    assert end["status"] == "interrupted" and (run / "ckpt.pt").exists()
+    assert not (out / "ablate" / "geonorm_lr0.003_s1").exists()
+    left = [p for p in os.listdir("/proc") if p.isdigit() and str(out).encode() in read_cmdline(p)]
+    assert not left, "a train.py outlived ablate.py"
+
+
+def read_cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:  # it ended meanwhile
+        return b""
 
 
 @pytest.mark.parametrize("arg", ["--jobs=0", "--nproc=0"])
