@@ -19,7 +19,8 @@ the ablate_* lines are not, so train.py still rejects unknown settings. Per run 
 learning_rate, seed, out_dir, min_lr (at the config's ratio to learning_rate), log_layer_stats=True (unless
 told otherwise) and the entry's own settings (its preset's, then entry_settings), and trains in out_dir/
 ablate/<mode>_lr<lr>_s<seed>[_<key><value>...]. A run whose log.jsonl ends finished or diverged is skipped and
-one with a checkpoint resumes: run the same command again to finish a stopped ablation; delete a run's folder
+one with a checkpoint resumes: run the same command again to finish a stopped ablation (Ctrl-C, or kill -INT
+or -TERM of ablate.py's process, stops the runs in progress, each with a checkpoint); delete a run's folder
 to train it again. A run whose eval.json holds the same eval_tasks and eval_limit is not evaluated again. A
 diverged run (non-finite loss) is a result, tabled and plotted as diverged. out_dir/ablate gets results.md
 (with each run's wall time), results.json and the plots.
