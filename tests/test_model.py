@@ -841,11 +841,16 @@ def spec_allows(arch, norm_mode, bias=False, qk_norm=False, embed_norm=False, no
                 or (mode == "ngpt" and (embed_norm or n_kv_head is not None)))
 
 
+# the modes NORM_MODES.md specifies: the closed forms below are theirs, so a mode added later (docs/modes.md)
+# is not swept here, where nothing could say what its norms should be
+SPEC_MODES = ("post", "pre", "deep", "sandwich", "geonorm", "simplenorm", "lns", "mixln", "reorder", "hybrid", "ngpt")
+
+
 def width_cases():
     """Every arch × tie_embeddings (None, True, False) × mode × variant × qk_norm × embed_norm × norm_type,
     with bias (gpt2) and grouped-query attention as two more switches, the spec's invalid ones kept apart."""
     for arch in ARCHS:
-        for mode in NORM_MODES:
+        for mode in SPEC_MODES:
             for variant in VARIANTS.get(mode, [{}]):
                 for tie in (None, True, False):
                     for qk in (False, True):
@@ -958,6 +963,7 @@ WIDTH_CASES = list(width_cases())
 
 def test_width_cases_spec_and_validate_agree_on_which_combinations_exist():
     """GPTConfig.validate accepts exactly the combinations the spec allows, so the sweep below misses none."""
+    assert NORM_MODES[:len(SPEC_MODES)] == SPEC_MODES  # every specified mode is swept, in the switch's order
     for kw, allowed in WIDTH_CASES:
         try:
             GPTConfig(**{**W, **kw})
@@ -972,9 +978,9 @@ def _case_id(kw):
     return "-".join(str(v) if not isinstance(v, bool) else f"{k}{int(v)}" for k, v in kw.items())
 
 
+@pytest.mark.parametrize("mode", SPEC_MODES)  # last in the id: it runs for the specified modes, not for each mode
 @pytest.mark.parametrize("norm_eps", [None, 0.0])  # 0.0: an override that a falsy test of norm_eps would miss
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("mode", NORM_MODES)
 def test_every_norms_kind_width_and_eps_the_tie_and_the_param_count(mode, arch, norm_eps):
     """For every allowed combination: the set of norm modules, each one's kind, gain width, ε (DyT: α by
     role, β iff bias), the width of what it normalizes in a forward pass, the head tied exactly when
