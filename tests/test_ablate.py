@@ -8,6 +8,7 @@ import math
 import os
 import shutil
 import statistics
+import time
 
 import matplotlib.colors
 import matplotlib.image
@@ -314,6 +315,27 @@ def test_dyt_keys_vary_every_entry_under_norm_type_dyt_and_only_those():
     plan = ablate.configure(["--modes=pre,dyt", "--sweep=dyt_alpha_attn=0.5,0.8"])
     assert [r["name"] for r in ablate.plan_runs(plan, ROOT)] == [
         "pre_lr0.001_s1337", "dyt_lr0.001_s1337_dyt_alpha_attn0.5", "dyt_lr0.001_s1337_dyt_alpha_attn0.8"]
+
+
+def test_a_runs_time_adds_its_sittings_when_it_resumes_and_starts_anew_when_it_starts_again(tmp_path, monkeypatch):
+    """seconds.json: a resumed run's sittings add up; a run that starts from scratch (no checkpoint: it crashed
+    before saving one) drops the time of the attempt that left nothing."""
+    monkeypatch.setattr(ablate, "run_logged", lambda *args: time.sleep(0.2) or 0)
+    run = dict(dir=tmp_path / "pre_lr0.001_s1", settings=dict(seed=1))
+    run["dir"].mkdir()
+    (run["dir"] / "seconds.json").write_text('{"seconds": 100.0}')
+    ablate.execute(run, 1, {}, dict(tasks=""))
+    assert 0.2 <= json.loads((run["dir"] / "seconds.json").read_text())["seconds"] < 1  # anew
+    monkeypatch.setattr(ablate, "train_args", lambda run: ["--init_from=resume"])  # as with a checkpoint
+    ablate.execute(run, 1, {}, dict(tasks=""))
+    assert 0.4 <= json.loads((run["dir"] / "seconds.json").read_text())["seconds"] < 2  # the two sittings
+
+
+def test_a_title_counts_the_seeds_of_its_groups_as_a_range_where_they_differ():
+    plan = dict(base=dict(dataset="tiny", n_layer=4, n_embd=32, learning_rate=1e-3, max_iters=10), sweep={})
+    groups = [dict(sweep={}, finished=1, diverged=0), dict(sweep={}, finished=2, diverged=1)]
+    assert plots.setting(groups, plan).endswith("10 steps, 1–3 seeds")
+    assert plots.setting(groups[:1], plan).endswith("10 steps, 1 seed")
 
 
 def test_a_size_tables_cell_says_how_many_seeds_finished_and_diverged():
