@@ -4,15 +4,13 @@ Ablate the norm modes: train.py once per (mode, learning rate, seed, sweep point
     python ablate.py configs/ablate_shakespeare_char.py                # six modes, one seed, ~12 min on 2 cores
     python ablate.py configs/ablate_depth_char.py                      # every mode and preset at 2 to 16 blocks
     python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3  # the same runs are skipped, two more seeds
-    python ablate.py configs/ablate_geonorm.py                         # pre vs geonorm's step size, decay and clamp
     python ablate.py CONFIG.py --modes=pre,geonorm --lrs=1e-3,3e-3 --sweep=geo_alpha=1,3,10 --max_iters=500
     python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3 --figures=docs/shakespeare_char  # no training
 
 A config file is a train.py config plus optional `ablate_<name> = ...` lines for ablate.py's own settings,
 which the command line sets as --<name>=..., and --sweep=key=v1,v2 once per key (--help lists both kinds).
-A value repeated in modes, seeds, lrs or a sweep (--seeds=1,1, --lrs=1e-3,0.001) is run once. configurator.PRESETS
-(peri, dyt) are entries beside the modes, named, coloured and tabled as such; modes=all runs every one. A sweep of
-a size (n_layer, n_embd) draws final val loss against it and the parameters, and per-block figures at each size.
+A value repeated in modes, seeds, lrs or a sweep (--seeds=1,1) is run once. configurator.PRESETS (peri, dyt)
+are entries beside the modes; modes=all runs every one. A sweep of a size (n_layer, n_embd) gets its own figures.
 
 Every other setting, from a config file or --key=value, is passed to each run of train.py as --key=value;
 the ablate_* lines are not, so train.py still rejects unknown settings. Per run ablate.py sets norm_mode,
@@ -22,8 +20,8 @@ ablate/<mode>_lr<lr>_s<seed>[_<key><value>...]. A run whose log.jsonl ends finis
 one with a checkpoint resumes: run the same command again to finish a stopped ablation (Ctrl-C, or kill -INT
 or -TERM of ablate.py's process, stops the runs in progress, each with a checkpoint); delete a run's folder
 to train it again. A run whose eval.json holds the same eval_tasks and eval_limit is not evaluated again. A
-diverged run (non-finite loss) is a result, tabled and plotted as diverged. out_dir/ablate gets results.md
-(with each run's wall time), results.json and the plots.
+diverged run (non-finite loss) is a result, tabled and plotted as diverged. out_dir/ablate gets results.md,
+results.json and the plots.
 
 Before any run starts, eval.py loads the eval tasks and train.py checks each run's settings (both --dry_run):
 a mistake is one line, with nothing trained; --dry_run stops there. A run that fails or is not evaluated makes
@@ -32,10 +30,8 @@ the exit status 1.
 import difflib
 import itertools
 import json
-import math
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -44,7 +40,8 @@ from pathlib import Path
 
 import checkpoint
 import configurator
-from plots import MODE_OF_PREFIX, SIZES, mean_std, non_embedding_params, plot_all, results_text, table
+from checkpoint import evaluated, read_log
+from plots import entry_of, plot_all, results_text, summarize, table, varies
 from data import atomic_write, run_cli
 
 # settings: the assignments between the two rulers, read by configurator.py (python ablate.py --help);
@@ -139,7 +136,7 @@ def configure(argv):
 
 
 def check_entries(entries, settings):
-    """ablate_entry_settings, each entry known and its settings train.py's, typed; one line naming the fix if not."""
+    """ablate_entry_settings, each entry known and its settings train.py's, typed; else one line naming the fix."""
     checked = {}
     for name, values in entries.items():
         configurator.parse_modes([name])  # an unknown mode or preset is a one-line error
@@ -166,30 +163,15 @@ def check_sweep(sweep, modes, given, entry):
 
 def check_seeds_at(seeds_at, sweep, settings):
     """ablate_seeds_at as {key: [values]}, each key swept and each value one of its sweep's."""
-    checked = {}
-    for key, values in seeds_at.items():
-        values = [configurator.checked(key, v, settings, "seeds_at") for v in listed(values)]
+    checked = {key: [configurator.checked(key, v, settings, "seeds_at") for v in listed(values)]
+               for key, values in seeds_at.items()}
+    for key, values in checked.items():
         if key not in sweep:
             sys.exit(f"error: seeds_at names {key}, which is not swept: add --sweep={key}=... or drop it")
         if not values or not set(values) <= set(sweep[key]):
             sys.exit(f"error: seeds_at gives {key} {values}: choose among its sweep's values "
                      f"{', '.join(map(str, sweep[key]))}")
-        checked[key] = values
     return checked
-
-
-def entry_of(mode, given, entry):
-    """An entry's own train.py settings over the config's: its preset's or norm_mode, then entry_settings."""
-    return given | configurator.entry_settings(mode) | entry.get(mode, {})
-
-
-def varies(key, mode, settings):
-    """Whether sweeping key varies entry mode, whose settings are settings (entry_of): dyt_* keys an entry under
-    norm_type='dyt'; geo_* keys geonorm only, sandwich_* sandwich and peri, and so on; other keys every entry."""
-    if key.startswith("dyt_"):
-        return settings.get("norm_type") == "dyt"
-    owner = next((m for prefix, m in MODE_OF_PREFIX.items() if key.startswith(prefix)), mode)
-    return owner in (mode, settings["norm_mode"])
 
 
 def plan_runs(plan, root):
@@ -217,26 +199,6 @@ def plan_runs(plan, root):
 
 # ----------------------------------------------------------------------------------- the runs
 
-def read_log(folder):
-    """A run's status, eval curve, layer stats and results, from its log.jsonl. Status: finished, diverged
-    (a non-finite loss, in training or at the last evaluation), interrupted, or failed (no end line: crashed).
-    Results come from the events, not the end line: after a resume that line covers only the resumed part."""
-    events = checkpoint.read_events(folder / "log.jsonl")
-    end = events[-1] if events and events[-1]["event"] == "end" else None
-    evals = [(e["iter"], e["val_loss"]) for e in events if e["event"] == "eval"]
-    speeds = [e["tokens_per_s"] for e in events if e["event"] == "train" and e["tokens_per_s"]]  # None: untimed
-    status = end["status"] if end else "failed"
-    if status == "finished" and evals and not math.isfinite(evals[-1][1]):
-        status = "diverged"  # a finite training loss, but not the evaluation's
-    timing = folder / "seconds.json"  # train.py's wall time in all sittings, kept by execute
-    return dict(status=status, iter=end and end["iter"], evals=evals,
-                seconds=json.loads(timing.read_text())["seconds"] if timing.exists() else None,
-                stats=[e for e in events if e["event"] == "layer_stats"],
-                final_val_loss=evals[-1][1] if evals else None,
-                best_val_loss=min((loss for _, loss in evals), default=None),
-                tokens_per_s=statistics.fmean(speeds) if speeds else None)
-
-
 def check_not_stale(runs):
     """Stop before training if a run folder was made with other settings: its results would mislead.
     out_dir may differ: an ablation folder moved elsewhere holds the same runs."""
@@ -248,13 +210,6 @@ def check_not_stale(runs):
                 if key != "out_dir" and key in old and old[key] != value:
                     sys.exit(f"error: {run['dir']} was trained with {key}={old[key]!r}, not {value!r}: "
                              f"delete it, or pick another out_dir")
-
-
-def evaluated(folder, evaluation):
-    """Whether folder/eval.json scored the tasks with the limit asked for."""
-    path = folder / "eval.json"
-    done = json.loads(path.read_text())["settings"] if path.exists() else {}
-    return all(done.get(k) == evaluation[k] for k in ("tasks", "limit"))
 
 
 def done(run):
@@ -328,54 +283,6 @@ def progress_line(i, n, run, what, seconds):
               else f"{log['status'].upper()}: see {run['dir']}/train.log")
     timing = f", {seconds:.0f} s" if what != "skipped" else ""
     return f"[{i}/{n}] {run['name']}: {what}{timing}, {result}"
-
-
-# -------------------------------------------------------------------------------------- results
-
-def summarize(runs, plan):
-    """The runs' logs and eval tasks' scores folded over seeds: one dict per group, in the order the groups
-    were planned; in a size sweep with each group's non-embedding parameters."""
-    groups, evaluation, sized = {}, plan["eval"], any(k in SIZES for k in plan["sweep"])
-    for run in runs:
-        params = non_embedding_params(run["settings"], plan) if sized and run["group"] not in groups else None
-        g = groups.setdefault(run["group"], {k: run[k] for k in ("group", "mode", "lr", "tripled", "sweep", "own")}
-                              | dict(runs=[], params=params))
-        path = run["dir"] / "eval.json"
-        scores = json.loads(path.read_text())["scores"] if evaluated(run["dir"], evaluation) else {}
-        g["runs"].append(dict(name=run["name"], seed=run["seed"], scores=scores, **read_log(run["dir"])))
-    for g in groups.values():
-        done = [r for r in g["runs"] if r["status"] == "finished"]
-        g["finished"] = len(done)
-        g["diverged"] = sum(r["status"] == "diverged" for r in g["runs"])
-        g["final_val_loss"] = mean_std([r["final_val_loss"] for r in done]) if done else None
-        g["best_val_loss"] = statistics.fmean(r["best_val_loss"] for r in done) if done else None
-        speeds, times = ([r[k] for r in done if r[k]] for k in ("tokens_per_s", "seconds"))
-        g["tokens_per_s"] = statistics.fmean(speeds) if speeds else None
-        g["seconds"] = statistics.fmean(times) if times else None  # a run's wall time, mean over seeds
-        g["tasks"] = {}
-        for task in filter(None, evaluation["tasks"].split(",")):
-            scored = [r["scores"][task] for r in done if r["scores"].get(task, {}).get("value") is not None]
-            if scored:
-                mean, std = mean_std([s["value"] for s in scored])
-                g["tasks"][task] = dict(metric=scored[0]["metric"], mean=mean, std=std, runs=len(scored))
-    for g in groups.values():
-        g["gap"] = gap_to_pre(g, groups.values(), plan)
-    return list(groups.values())
-
-
-def gap_to_pre(g, groups, plan):
-    """g's final val loss less pre's of the same seed, at the same sweep point and learning rate (pre's own for
-    a tripled simplenorm): mean and std over the seeds both finished, and their number; None for pre itself or
-    where no such pre finished. Seeds move every mode alike, so the same-seed gap is the sharper comparison."""
-    lr = plan["base"]["learning_rate"] if g["tripled"] else g["lr"]
-    point = {k: v for k, v in g["sweep"].items() if varies(k, "pre", entry_of("pre", plan["given"], plan["entry"]))}
-    ref = next((p for p in groups if p["mode"] == "pre" and p["sweep"] == point and f"{p['lr']:g}" == f"{lr:g}"),
-               None)
-    if g["mode"] == "pre" or ref is None:
-        return None
-    pre = {r["seed"]: r["final_val_loss"] for r in ref["runs"] if r["status"] == "finished"}
-    gaps = [r["final_val_loss"] - pre[r["seed"]] for r in g["runs"] if r["status"] == "finished" and r["seed"] in pre]
-    return dict(zip(("mean", "std"), mean_std(gaps)), seeds=len(gaps)) if gaps else None
 
 
 # ----------------------------------------------------------------------------------------- main

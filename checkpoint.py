@@ -14,6 +14,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -323,3 +324,32 @@ def provenance():
         git = ""
     return dict(git=git or None, python=sys.version.split()[0], torch=torch.__version__, numpy=np.__version__,
                 cuda=torch.version.cuda)
+
+
+# ------------------------------------------------------------------- a run's log, as ablate.py reads it
+
+def read_log(folder):
+    """A run's status, eval curve, layer stats and results, from its log.jsonl. Status: finished, diverged
+    (a non-finite loss, in training or at the last evaluation), interrupted, or failed (no end line: crashed).
+    Results come from the events, not the end line: after a resume that line covers only the resumed part."""
+    events = read_events(folder / "log.jsonl")
+    end = events[-1] if events and events[-1]["event"] == "end" else None
+    evals = [(e["iter"], e["val_loss"]) for e in events if e["event"] == "eval"]
+    speeds = [e["tokens_per_s"] for e in events if e["event"] == "train" and e["tokens_per_s"]]  # None: untimed
+    status = end["status"] if end else "failed"
+    if status == "finished" and evals and not math.isfinite(evals[-1][1]):
+        status = "diverged"  # a finite training loss, but not the evaluation's
+    timing = folder / "seconds.json"  # train.py's wall time in all sittings, kept by execute
+    return dict(status=status, iter=end and end["iter"], evals=evals,
+                seconds=json.loads(timing.read_text())["seconds"] if timing.exists() else None,
+                stats=[e for e in events if e["event"] == "layer_stats"],
+                final_val_loss=evals[-1][1] if evals else None,
+                best_val_loss=min((loss for _, loss in evals), default=None),
+                tokens_per_s=statistics.fmean(speeds) if speeds else None)
+
+
+def evaluated(folder, evaluation):
+    """Whether folder/eval.json scored the tasks with the limit asked for."""
+    path = folder / "eval.json"
+    done = json.loads(path.read_text())["settings"] if path.exists() else {}
+    return all(done.get(k) == evaluation[k] for k in ("tasks", "limit"))

@@ -1,5 +1,6 @@
-"""An ablation's figures (ablate.py): validation loss, final loss against learning rate, per-block statistics,
-and in a sweep of a size final loss against it; and results.md's text and tables."""
+"""An ablation's results (ablate.py): its runs summed up over seeds, results.md's text and tables, and the
+figures: validation loss, final loss against learning rate, per-block statistics, and in a sweep of a size
+final loss against it. Which entries a sweep key varies (a mode's own prefix) is decided here too."""
 import io
 import json
 import math
@@ -16,6 +17,7 @@ import torch
 import configurator
 from configurator import PRESETS
 from model import GPT, NORM_MODES
+from checkpoint import evaluated, read_log
 from data import atomic_write
 
 WIDE, TALL = 6.4, 3.6  # inches, before the legend: at 100 dpi about 800 × 400 pixels and 20 KB, for the README
@@ -36,6 +38,20 @@ MODE_OF_PREFIX = {"geo_": "geonorm", "sandwich_": "sandwich", "simplenorm_": "si
                   "mixln_": "mixln", "hybrid_": "hybrid", "dyt_": "dyt"}
 SIZES = ("n_layer", "n_embd")  # the settings a size sweep varies: its figures plot final loss against them
 PREFIX_OF_MODE = {mode: prefix for prefix, mode in MODE_OF_PREFIX.items()}
+
+
+def entry_of(mode, given, entry):
+    """An entry's own train.py settings over the config's: its preset's or norm_mode, then entry_settings."""
+    return given | configurator.entry_settings(mode) | entry.get(mode, {})
+
+
+def varies(key, mode, settings):
+    """Whether sweeping key varies entry mode, whose settings are settings (entry_of): dyt_* keys an entry under
+    norm_type='dyt'; geo_* keys geonorm only, sandwich_* sandwich and peri, and so on; other keys every entry."""
+    if key.startswith("dyt_"):
+        return settings.get("norm_type") == "dyt"
+    owner = next((m for prefix, m in MODE_OF_PREFIX.items() if key.startswith(prefix)), mode)
+    return owner in (mode, settings["norm_mode"])
 
 
 def mean_std(values):
@@ -282,7 +298,7 @@ def size_table(groups, plan, key):
     """results.md's table of a size sweep: final val loss (mean ± std over seeds, their number) per mode and
     size, then the wall time per run and of all runs at each size."""
     sizes = sorted({g["sweep"][key] for g in groups if key in g["sweep"]})
-    rows = [f"| mode | " + " | ".join(f"{key} {v}" for v in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    rows = ["| mode | " + " | ".join(f"{key} {v}" for v in sizes) + " |", "|---|" + "---|" * len(sizes)]
     for family, at in by_size(groups, plan, key).items():
         cells = []
         for v in sizes:
@@ -389,3 +405,51 @@ def plot_one(groups, plan, folder, suffix, figures, lr=False):
             plot_layers(groups, plan, name, ylabel, what, folder / f"{name}{suffix}.png")
             pngs.append(f"{name}{suffix}.png")
     return pngs
+
+
+# ------------------------------------------------------------------------------- the runs, summed up
+
+def summarize(runs, plan):
+    """The runs' logs and eval tasks' scores folded over seeds: one dict per group, in the order the groups
+    were planned; in a size sweep with each group's non-embedding parameters."""
+    groups, evaluation, sized = {}, plan["eval"], any(k in SIZES for k in plan["sweep"])
+    for run in runs:
+        params = non_embedding_params(run["settings"], plan) if sized and run["group"] not in groups else None
+        g = groups.setdefault(run["group"], {k: run[k] for k in ("group", "mode", "lr", "tripled", "sweep", "own")}
+                              | dict(runs=[], params=params))
+        path = run["dir"] / "eval.json"
+        scores = json.loads(path.read_text())["scores"] if evaluated(run["dir"], evaluation) else {}
+        g["runs"].append(dict(name=run["name"], seed=run["seed"], scores=scores, **read_log(run["dir"])))
+    for g in groups.values():
+        done = [r for r in g["runs"] if r["status"] == "finished"]
+        g["finished"] = len(done)
+        g["diverged"] = sum(r["status"] == "diverged" for r in g["runs"])
+        g["final_val_loss"] = mean_std([r["final_val_loss"] for r in done]) if done else None
+        g["best_val_loss"] = statistics.fmean(r["best_val_loss"] for r in done) if done else None
+        speeds, times = ([r[k] for r in done if r[k]] for k in ("tokens_per_s", "seconds"))
+        g["tokens_per_s"] = statistics.fmean(speeds) if speeds else None
+        g["seconds"] = statistics.fmean(times) if times else None  # a run's wall time, mean over seeds
+        g["tasks"] = {}
+        for task in filter(None, evaluation["tasks"].split(",")):
+            scored = [r["scores"][task] for r in done if r["scores"].get(task, {}).get("value") is not None]
+            if scored:
+                mean, std = mean_std([s["value"] for s in scored])
+                g["tasks"][task] = dict(metric=scored[0]["metric"], mean=mean, std=std, runs=len(scored))
+    for g in groups.values():
+        g["gap"] = gap_to_pre(g, groups.values(), plan)
+    return list(groups.values())
+
+
+def gap_to_pre(g, groups, plan):
+    """g's final val loss less pre's of the same seed, at the same sweep point and learning rate (pre's own for
+    a tripled simplenorm): mean and std over the seeds both finished, and their number; None for pre itself or
+    where no such pre finished. Seeds move every mode alike, so the same-seed gap is the sharper comparison."""
+    lr = plan["base"]["learning_rate"] if g["tripled"] else g["lr"]
+    point = {k: v for k, v in g["sweep"].items() if varies(k, "pre", entry_of("pre", plan["given"], plan["entry"]))}
+    ref = next((p for p in groups if p["mode"] == "pre" and p["sweep"] == point and f"{p['lr']:g}" == f"{lr:g}"),
+               None)
+    if g["mode"] == "pre" or ref is None:
+        return None
+    pre = {r["seed"]: r["final_val_loss"] for r in ref["runs"] if r["status"] == "finished"}
+    gaps = [r["final_val_loss"] - pre[r["seed"]] for r in g["runs"] if r["status"] == "finished" and r["seed"] in pre]
+    return dict(zip(("mean", "std"), mean_std(gaps)), seeds=len(gaps)) if gaps else None

@@ -98,12 +98,12 @@ def test_the_gap_to_pre_pairs_seeds_and_takes_pre_at_the_base_lr_for_a_tripled_s
     pre = [group("pre", 1e-3, [run(1, 2.0), run(2, 3.0), run(3, 9.0, "failed")]),
            group("pre", 3e-3, [run(1, 5.0), run(2, 5.0)])]
     simple = group("simplenorm", 3e-3, [run(1, 2.5), run(2, 3.1), run(3, 1.0), run(4, 1.0)], tripled=True)
-    mean, std = ablate.mean_std([2.5 - 2.0, 3.1 - 3.0])
-    assert ablate.gap_to_pre(simple, pre + [simple], plan) == dict(mean=mean, std=std, seeds=2)
+    mean, std = plots.mean_std([2.5 - 2.0, 3.1 - 3.0])
+    assert plots.gap_to_pre(simple, pre + [simple], plan) == dict(mean=mean, std=std, seeds=2)
     geo = group("geonorm", 3e-3, [run(1, 4.0)], sweep={"geo_alpha": 3.0})
-    assert ablate.gap_to_pre(geo, pre + [geo], plan) == dict(mean=-1.0, std=0.0, seeds=1)
+    assert plots.gap_to_pre(geo, pre + [geo], plan) == dict(mean=-1.0, std=0.0, seeds=1)
     wide = group("geonorm", 1e-3, [run(1, 4.0)], sweep={"n_embd": 64})  # pre has no n_embd 64 here
-    assert ablate.gap_to_pre(wide, pre + [wide], plan) is None and ablate.gap_to_pre(pre[0], pre, plan) is None
+    assert plots.gap_to_pre(wide, pre + [wide], plan) is None and plots.gap_to_pre(pre[0], pre, plan) is None
 
 
 def test_a_preset_runs_as_the_settings_it_names(ablation):

@@ -18,6 +18,7 @@ import ablate
 import checkpoint
 import data
 import eval as evaluation
+import plots
 import prepare_data
 import train
 from conftest import ROOT, error_of, needs_gpt2, torchrun
@@ -462,18 +463,18 @@ def test_ablate_folds_task_scores_into_mean_and_std_over_the_seeds(tmp_path):
             hellaswag=dict(metric="acc_norm", value=value, stderr=0.01)))))
         runs.append(dict(name=folder.name, group="pre", mode="pre", lr=1e-3, tripled=False, sweep={}, own={},
                          seed=seed, dir=folder))
-    group, = ablate.summarize(runs, dict(eval=evaluation, sweep={}))
+    group, = plots.summarize(runs, dict(eval=evaluation, sweep={}))
     assert group["tasks"]["hellaswag"] == pytest.approx(dict(
         metric="acc_norm", mean=statistics.fmean([0.30, 0.34, 0.29]), std=statistics.stdev([0.30, 0.34, 0.29]), runs=3))
-    assert ablate.table([group]).splitlines()[-1].endswith(" 0.3100 ± 0.0265 |")
+    assert plots.table([group]).splitlines()[-1].endswith(" 0.3100 ± 0.0265 |")
 
 
 def test_ablate_evaluates_again_only_for_other_tasks_or_limit(tmp_path):
     (tmp_path / "eval.json").write_text(json.dumps(dict(settings=dict(tasks="hellaswag,piqa", limit=100))))
-    assert ablate.evaluated(tmp_path, dict(tasks="hellaswag,piqa", limit=100, include_path=""))
-    assert not ablate.evaluated(tmp_path, dict(tasks="hellaswag,piqa", limit=None, include_path=""))
-    assert not ablate.evaluated(tmp_path, dict(tasks="hellaswag", limit=100, include_path=""))
-    assert not ablate.evaluated(tmp_path / "no_run", dict(tasks="hellaswag", limit=100, include_path=""))
+    assert checkpoint.evaluated(tmp_path, dict(tasks="hellaswag,piqa", limit=100, include_path=""))
+    assert not checkpoint.evaluated(tmp_path, dict(tasks="hellaswag,piqa", limit=None, include_path=""))
+    assert not checkpoint.evaluated(tmp_path, dict(tasks="hellaswag", limit=100, include_path=""))
+    assert not checkpoint.evaluated(tmp_path / "no_run", dict(tasks="hellaswag", limit=100, include_path=""))
 
 
 # ------------------------------------------------------ which settings reach lm-eval, and what comes back
