@@ -42,7 +42,7 @@ import checkpoint
 import configurator
 from checkpoint import evaluated, read_log
 from plots import entry_of, plot_all, results_text, summarize, table, varies
-from data import atomic_write, run_cli
+from data import atomic_write, print_help, run_cli
 
 # settings: the assignments between the two rulers, read by configurator.py (python ablate.py --help);
 # the command line sets ablate_<name> as --<name>=...
@@ -88,7 +88,7 @@ def check_names(argv):
     settings first (--mode: --modes, not norm_mode)."""
     if "--help" in argv or "-h" in argv:
         per_run = f"train.py's, passed on to every run (but {', '.join(PER_RUN)}, set per run)"
-        configurator.print_help(f"{__doc__.strip()}\n\nablate.py's settings:\n"
+        print_help(f"{__doc__.strip()}\n\nablate.py's settings:\n"
                                 f"{configurator.settings_block(__file__)}\n{per_run}:\n"
                                 + configurator.settings_block(TRAIN))
     own, train = configurator.read_settings(__file__), configurator.read_settings(TRAIN)
@@ -190,10 +190,10 @@ def plan_runs(plan, root):
                 if seed != plan["seeds"][0] and any(sweep[k] not in v for k, v in seeds_at if k in sweep):
                     continue  # seeds_at: the first seed only, here
                 name = f"{mode}_lr{lr:g}_s{seed}{suffix}"
-                settings = plan["given"] | dict(learning_rate=lr, min_lr=float(f"{lr * ratio:.6g}"), seed=seed,
-                                                out_dir=str(root / name)) | configurator.entry_settings(mode)
+                per_run = dict(learning_rate=lr, min_lr=float(f"{lr * ratio:.6g}"), seed=seed, out_dir=str(root / name))
+                settings = entry_of(mode, plan["given"] | per_run, plan["entry"]) | sweep
                 runs.append(dict(name=name, group=f"{mode}_lr{lr:g}{suffix}", mode=mode, lr=lr, tripled=tripled,
-                                 seed=seed, sweep=sweep, own=own, dir=root / name, settings=settings | own | sweep))
+                                 seed=seed, sweep=sweep, own=own, dir=root / name, settings=settings))
     return runs
 
 

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 import configurator
-from data import DATASETS, GPT2_META, get_batch, padded_vocab, run_cli, write_shard
+from data import DATASETS, GPT2_META, get_batch, padded_vocab, print_help, run_cli, write_shard
 import devices
 import measure
 from model import GPT, GPTConfig
@@ -105,7 +105,7 @@ def parse(argv):
     """(bench.py's own settings, the modes, train.py's settings): a namespace each, less the bench_ prefix;
     every value checked before anything is measured."""
     if "--help" in argv or "-h" in argv:
-        configurator.print_help(help_text())
+        print_help(help_text())
     check_names(argv)
     cfg, given = configurator.parse_settings(argv, __file__, RANGES, TRAIN, "bench_")
     if left_out := sorted(set(given) - MEASURED - set(configurator.read_settings(__file__))):  # from a config

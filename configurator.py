@@ -1,5 +1,4 @@
-"""
-The settings reader every script shares: a script's settings, their types, choices and ranges.
+"""The settings reader every script shares: a script's settings, their types, choices and ranges.
 
 A script's settings are the assignments between its two RULER lines, `name = default  # what it does`, read
 from its file as a syntax tree, never run: ablate.py and bench.py read train.py's without importing the
@@ -17,7 +16,7 @@ import sys
 import types
 from pathlib import Path
 
-from data import padded_vocab
+from data import padded_vocab, print_help
 from model import NORM_MODES, GPTConfig
 
 RULER = "# " + "-" * 98  # a script's settings are the assignments between the two lines that equal RULER
@@ -102,15 +101,6 @@ def read_config_file(path):
     return {k: v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, types.ModuleType)}
 
 
-def print_help(text):
-    """Print text and exit 0, quietly when a reader such as `| head` closed the pipe early."""
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush fails no more
-    sys.exit(0)
-
-
 def parse_settings(argv, script, ranges=None, passes_on=None, prefix=""):
     """(all settings, those given): the script's defaults, then config files and --key=value in order, each
     checked (ranges: {name: bounds for outside} of its own settings); --help prints its docstring and settings.
@@ -128,9 +118,8 @@ def parse_settings(argv, script, ranges=None, passes_on=None, prefix=""):
     return {name: default for name, (default, _) in settings.items()} | given, given
 
 
-# The lab's presets: named settings that ablate.py and bench.py run as entries beside the modes, each a
-# placement and the switches that make the scheme (NORM_MODES §13.3, §13.5); an entry's runs and rows bear
-# its name. ENTRIES: every mode, then the presets (what modes=all runs).
+# The lab's presets, which ablate.py and bench.py run as entries beside the modes under their own names: a
+# placement and the switches that make the scheme (§13.3, §13.5). ENTRIES: the modes, then the presets.
 PRESETS = {"peri": dict(norm_mode="sandwich", embed_norm=True),  # Peri-LN: sandwich + a norm on x_0
            "dyt": dict(norm_mode="pre", norm_type="dyt")}  # DyT: pre with Dynamic Tanh for every norm
 ENTRIES = (*NORM_MODES, *PRESETS)

@@ -1,4 +1,5 @@
-"""The data every script reads: token shards, meta.json, tokenizers, batches, and how a file is written.
+"""The data every script reads: token shards, meta.json, tokenizers, batches, how a file is written, and how a
+script ends (Ctrl-C, --help into a closed pipe).
 
 A shard is llm.c / modded-nanogpt's format: a 256 x int32 header (magic 20240520, version 1,
 token count), then the tokens as uint16. meta.json, written last by prepare_data.py, marks a folder
@@ -34,6 +35,15 @@ GPT2_META = dict(tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None
 def first_line(e):
     """An exception as one line: its type and the first line of its message."""
     return f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
+
+
+def print_help(text):
+    """Print text and exit 0, quietly when a reader such as `| head` closed the pipe early."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush fails no more
+    sys.exit(0)
 
 
 def run_cli(main, argv=None):

@@ -12,7 +12,6 @@ import sys
 
 import pytest
 import torch
-from torch.nn import functional as F
 
 import ablate
 import checkpoint
