@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.nn import LayerNorm as nn_LayerNorm
 
 import model as M
-from model import ARCHS, GPT, GPTConfig, NORM_MODES, RMSNorm, geodesic_step, tangent
+from model import ARCHS, GPT, GPTConfig, NORM_MODES, RMSNorm, geodesic_step
 
 GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304)
 
@@ -265,13 +265,41 @@ def test_geonorm_G1_embed_radius_keeps_each_tokens_own_norm():
     assert r0.std() > 0.01  # the radii really differ per token: the test is not vacuous
 
 
+def tangent(x, s):
+    """Proj_x(s) = s − (x̂·s)·x̂, GeoNorm Eq. 5: the tests' own, to hold model.geodesic_step to."""
+    x_hat = x / x.norm(dim=-1, keepdim=True)
+    return s - (x_hat * s).sum(-1, keepdim=True) * x_hat
+
+
+def papers_step(x, s, a):
+    """GeoNorm Eq. 3 as the paper writes it, v formed: cos θ·x + ‖x‖·sin θ·v/‖v‖, θ = a‖v‖/‖x‖."""
+    v = tangent(x, s)
+    r, v_norm = x.norm(dim=-1, keepdim=True), v.norm(dim=-1, keepdim=True)
+    theta = a * v_norm / r
+    return torch.cos(theta) * x + r * torch.sin(theta) * v / v_norm
+
+
+@pytest.mark.parametrize("a", [0.05, 0.5, 1.0, 3.0])
+def test_geonorm_step_is_the_papers_great_circle(a):
+    """Eq. 3 with v formed, against model.py's x and s weighted by dot products: equal in fp64, and in fp32 to
+    its rounding, for steps that rotate little or past π/2, with a radial part in s that the step ignores."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, 64, dtype=torch.float64) * 8
+    s = torch.randn(4, 16, 64, dtype=torch.float64) * 4 + torch.randn(4, 16, 1, dtype=torch.float64) * x
+    expected = papers_step(x, s, a)
+    assert torch.allclose(geodesic_step(x, s, a), expected, rtol=0, atol=1e-10)
+    assert torch.allclose(geodesic_step(x.float(), s.float(), a).double(), expected, rtol=0, atol=2e-5 * 8 * 8)
+
+
 def test_geonorm_G2_update_direction_is_tangent():
+    """y stays in the plane of x and Proj_x(s), on v's side, and the radial part of s changes nothing."""
     torch.manual_seed(0)
     x, s = torch.randn(4, 16, 64) * 5, torch.randn(4, 16, 64) + torch.randn(4, 16, 1) * 3
-    x_hat = x / x.norm(dim=-1, keepdim=True)
-    v = tangent(x, s)
-    assert ((x_hat * v).sum(-1).abs() < 1e-5 * s.norm(dim=-1)).all()
-    assert torch.allclose(v + (x_hat * s).sum(-1, keepdim=True) * x_hat, s, atol=1e-5)  # v is s minus its radial part
+    x_hat, v = x / x.norm(dim=-1, keepdim=True), tangent(x, s)
+    y = geodesic_step(x, s, 0.5)
+    moved = y - (x_hat * y).sum(-1, keepdim=True) * x_hat  # y's part tangent at x
+    assert torch.allclose(moved / moved.norm(dim=-1, keepdim=True), v / v.norm(dim=-1, keepdim=True), atol=1e-4)
+    assert torch.allclose(geodesic_step(x, s + 2.5 * x, 0.5), y, atol=1e-5 * 5 * 8)
 
 
 def angle_between(x, y):
