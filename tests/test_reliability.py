@@ -19,7 +19,7 @@ import checkpoint
 import devices
 import prepare_data
 import train
-from conftest import ROOT, error_of
+from conftest import ROOT, error_of, torchrun
 from test_train import TINY, command, events, losses, run
 
 
@@ -99,6 +99,47 @@ def test_the_third_sigint_stops_at_once_without_a_checkpoint(data_dir, tmp_path,
     assert proc.exitcode == -signal.SIGINT  # killed by SIGINT's default action, before the save's 5 s were up
     assert not (out / "ckpt.pt").exists() and events(out)[-1]["event"] != "end"
     assert "SIGINT three times: stopping now, without a checkpoint" in (tmp_path / "output").read_text()
+
+
+# torchrun's workers run train.main: the first run with a SIGTERM to worker 1 alone (as a scheduler may send
+# it) during the step that reaches step 3, then the others unsignalled
+ONE_WORKER_SIGNALLED = f"""
+import json, os, signal, sys
+sys.path.insert(0, {str(ROOT)!r})
+import torch.distributed as dist
+import train
+dist.init_process_group("gloo")
+dist.init_process_group = dist.destroy_process_group = lambda *args, **kwargs: None
+step, argvs = train.train_step, json.loads(sys.argv[1])
+def signalled(*args):
+    if args[4] == 2 and dist.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGTERM)
+    return step(*args)
+train.train_step = signalled
+train.main(argvs[0])
+train.train_step = step
+for argv in argvs[1:]:
+    train.main(argv)
+"""
+
+
+def test_a_sigterm_to_one_torchrun_worker_stops_both_after_its_step_and_the_resume_is_exact(data_dir, tmp_path):
+    """Worker 1 alone is signalled: both workers stop after the same step (or worker 0 would wait forever in
+    the next all-reduce), one checkpoint of that step, exit 0; resumed, the run logs what an uninterrupted
+    one logs, the evaluation skipped at the stop made up."""
+    args = [f"--data_dir={data_dir}", *TINY, "--max_iters=6", "--eval_interval=3", "--dropout=0.1"]
+    parts, whole = tmp_path / "parts", tmp_path / "whole"
+    (tmp_path / "driver.py").write_text(ONE_WORKER_SIGNALLED)
+    argvs = [[*args, f"--out_dir={parts}"], [*args, f"--out_dir={parts}", "--init_from=resume"],
+             [*args, f"--out_dir={whole}"]]
+    result = torchrun([str(tmp_path / "driver.py"), json.dumps(argvs)], timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert output.count("SIGTERM: saving a checkpoint after this step") == 1  # worker 1's, alone
+    assert f"interrupted at step 3, checkpoint in {parts};" in output  # worker 0 stopped at worker 1's step
+    kinds = lambda out: [(e["event"], e["iter"], e.get("train_loss"), e.get("val_loss")) for e in events(out)]
+    assert kinds(parts) == kinds(whole) and events(parts)[-1]["status"] == "finished"
+    assert [e["iter"] for e in events(parts) if e["event"] == "eval"] == [0, 3, 6]
 
 
 def test_a_stop_skips_the_evaluation_due_saves_at_once_and_the_resume_makes_it_up(data_dir, tmp_path, monkeypatch,
