@@ -2,7 +2,10 @@
     python prepare_data.py shakespeare_char --input input.txt
     python ablate.py configs/ablate_depth_char.py                   # about 4.5 hours on 2 cores; again to resume
     python ablate.py configs/ablate_depth_char.py --figures=DIR     # the figures of the runs finished so far
-Results and plots: out/ablate_depth_char/ablate/results.md; docs/depth.md reads them.
+Results and plots: out/ablate_depth_char/ablate/results.md. The finished runs' logs (config.json, log.jsonl,
+seconds.json; no checkpoints) are kept in docs/depth_char/runs/ablate, from the sittings so far:
+    cp -r docs/depth_char/runs/ablate out/ablate_depth_char/   # a new sitting skips them
+    python ablate.py configs/ablate_depth_char.py --out_dir=docs/depth_char/runs --figures=DIR   # drawn from them
 The setting is configs/ablate_lab_char.py's (128 wide, 64 characters, 16 a batch, lr 2e-3, each entry's own
 settings: untied heads where a tied one copies, nGPT's schedule), with n_layer swept. One token budget for every
 depth: the lab's 2,000 steps of 16 × 64 characters (2.0M, two passes over the training text), so that a deeper
