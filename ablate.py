@@ -322,8 +322,7 @@ def train_all(runs, plan, env):
             signal.signal(s, handler)
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+def main(argv):
     plan = configure(argv)
     root = Path(plan["base"]["out_dir"]) / "ablate"
     runs = plan_runs(plan, root)

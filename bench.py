@@ -274,8 +274,8 @@ def print_table(report):
     print(f"\ndata loader: {d['batches_per_s']:,.0f} batches/s ({d['tokens_per_s']:,.0f} tokens/s)")
 
 
-def main(argv=None):
-    args, modes, cfg = parse(sys.argv[1:] if argv is None else argv)
+def main(argv):
+    args, modes, cfg = parse(argv)
     torch.manual_seed(cfg.seed)
     compiles = {"both": (False, True), "on": (True,), "off": (False,)}[args.compile]
     report = dict(shape=f"{cfg.arch}: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, "

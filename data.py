@@ -46,12 +46,12 @@ def print_help(text):
     sys.exit(0)
 
 
-def run_cli(main, argv=None):
-    """A script's entry point: main(argv, default sys.argv[1:]). A Ctrl-C ends it in one line on stderr and
+def run_cli(main):
+    """A script's entry point: main(sys.argv[1:]). A Ctrl-C ends it in one line on stderr and
     exit status 130 (128 + SIGINT, as a shell reports it): 'interrupted: ' and what the KeyboardInterrupt says,
     so a script that knows what it kept raises KeyboardInterrupt("kept ...: the same command resumes")."""
     try:
-        main(sys.argv[1:] if argv is None else argv)
+        main(sys.argv[1:])
     except KeyboardInterrupt as e:
         print(f"interrupted: {str(e) or 'stopped before the end; files are written whole or not at all'}",
               file=sys.stderr, flush=True)

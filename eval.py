@@ -276,9 +276,9 @@ def headline(metrics):
     return name, values.get(name), stderr if isinstance(stderr, float) else None
 
 
-def main(argv=None):
+def main(argv):
     """Evaluate and write out_dir/eval.json; returns its contents (None on processes other than the first)."""
-    s, _ = configurator.parse_settings(sys.argv[1:] if argv is None else argv, __file__, RANGES)
+    s, _ = configurator.parse_settings(argv, __file__, RANGES)
     check_settings(s)
     if lm_eval is None:
         raise SystemExit("error: eval.py scores with EleutherAI's lm-evaluation-harness: pip install lm-eval")

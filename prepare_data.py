@@ -531,7 +531,7 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
     return out
 
 
-def main(argv=None):
+def main(argv):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="datasets:\n" + "\n".join(f"  {name:<17} {line}" for name, (_, line) in DATASETS.items()))

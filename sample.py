@@ -18,8 +18,6 @@ in float32 to 1e-6..1e-4 of the logits' scale, the same tokens unless two candid
 under bf16 autocast (dtype auto on CUDA) by bf16's rounding, about 1% of that scale, enough for greedy
 or seeded samples to take different paths where two tokens are close. --dtype=float32 when they must agree.
 """
-import sys
-
 import torch
 
 import checkpoint
@@ -86,9 +84,9 @@ class StreamPrinter:
         self.printed = len(text)
 
 
-def main(argv=None):
-    """Print num_samples samples (and return them) for the settings in argv (default: sys.argv)."""
-    s, _ = configurator.parse_settings(sys.argv[1:] if argv is None else argv, __file__, RANGES)
+def main(argv):
+    """Print num_samples samples (and return them) for the settings in argv, as on the command line."""
+    s, _ = configurator.parse_settings(argv, __file__, RANGES)
     device = devices.pick_device(s["device"])
     dtype = devices.pick_dtype(s["dtype"], device)
     model, meta = checkpoint.load_model(s["out_dir"], device)

@@ -16,6 +16,7 @@ import bench
 import checkpoint
 import configurator
 import eval as evaluation
+import model as model_module
 import sample
 import train
 from conftest import ROOT, error_of, needs_gpt2
@@ -280,25 +281,33 @@ def test_sample_i_is_the_same_in_every_run_with_the_seed_whatever_num_samples(tm
     ckpt = torch.load(folder / "ckpt.pt")
     ckpt["model"]["lm_head.weight"].mul_(5)  # tied to wte: logits that temperature, top-k and top-p change
     save(ckpt, folder)
-    args = ("--start=the king", "--max_new_tokens=8", "--seed=5", *(f"--{k}={v}" for k, v in sampling.items()))
+    args = ("--start=the king", "--max_new_tokens=20", "--seed=5", *(f"--{k}={v}" for k, v in sampling.items()))
     three = run(folder, *args, "--num_samples=3")
     assert capsys.readouterr().out == "".join(f"{text}\n---------------\n" for text in three)
-    assert len(set(three)) == 3 and all(text.startswith("the king") and len(text) == 8 + 8 for text in three)
+    assert len(set(three)) == 3 and all(text.startswith("the king") and len(text) == 8 + 20 for text in three)
     assert run(folder, *args, "--num_samples=3") == three
     for n in (1, 2):
         assert run(folder, *args, f"--num_samples={n}") == three[:n]
     model, meta = checkpoint.load_model(folder, "cpu")
     encode, decode = get_tokenizer(meta)
-    x, generator = torch.tensor([encode("the king")]), torch.Generator().manual_seed(5)
     top_k, top_p = sampling["top_k"] or None, sampling["top_p"] if sampling["top_p"] < 1 else None
-    assert three == [decode(model.generate(x, 8, sampling["temperature"], top_k=top_k, top_p=top_p,
-                                           generator=generator)[0].tolist()) for _ in range(3)]
+    for use_cache in (True, False):  # 28 characters, past block_size 16: the two differ there (GPT.generate)
+        x, generator = torch.tensor([encode("the king")]), torch.Generator().manual_seed(5)
+        expected = [decode(model.generate(x, 20, sampling["temperature"], top_k=top_k, top_p=top_p,
+                                          generator=generator, use_cache=use_cache)[0].tolist()) for _ in range(3)]
+        assert run(folder, *args, "--num_samples=3", f"--use_cache={use_cache}") == expected
+        assert (expected == three) == use_cache  # the default is the cache, and the test can tell them apart
 
 
-def test_start_from_a_file(tmp_path):
-    (tmp_path / "prompt.txt").write_text("o, romeo\n")
-    (text,) = run(write_checkpoint(tmp_path), f"--start=FILE:{tmp_path / 'prompt.txt'}")
-    assert text.startswith("o, romeo\n")
+def test_start_from_a_file_read_as_utf8_whatever_the_locale(tmp_path, monkeypatch):
+    """A prompt file is UTF-8, also where the locale's encoding is another (here latin-1, as open() would take
+    it by default)."""
+    (tmp_path / "prompt.txt").write_text("o, romeo é\n", encoding="utf-8")
+    meta = dict(dataset="toy", tokenizer="char", vocab_size=len(CHARS) + 1, eot_token=None, chars=CHARS + "é")
+    monkeypatch.setattr(sample, "open", lambda *a, encoding=None, **kw: open(*a, encoding=encoding or "latin-1",
+                                                                            **kw), raising=False)
+    (text,) = run(write_checkpoint(tmp_path, meta=meta), f"--start=FILE:{tmp_path / 'prompt.txt'}")
+    assert text.startswith("o, romeo é\n")
 
 
 def test_empty_prompt_starts_from_a_newline_in_a_char_vocabulary(tmp_path):
@@ -317,27 +326,70 @@ def test_empty_prompt_starts_from_endoftext_and_padding_ids_are_never_sampled(tm
     assert text.startswith("<|endoftext|>")
 
 
+@pytest.mark.parametrize("dtype, autocast", [("float32", None), ("auto", None), ("bfloat16", torch.bfloat16)])
+def test_samples_are_generated_under_the_dtypes_autocast(tmp_path, monkeypatch, dtype, autocast):
+    """--dtype=bfloat16 generates under bf16 autocast; float32 (auto on a CPU) under none."""
+    generate, seen = GPT.generate, []
+    monkeypatch.setattr(GPT, "generate", lambda *a, **kw: seen.append(
+        torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None) or generate(*a, **kw))
+    run(write_checkpoint(tmp_path), f"--dtype={dtype}", "--num_samples=2")
+    assert seen == [autocast] * 2
+
+
 def test_top_k_larger_than_the_vocabulary_keeps_every_token(tmp_path):
     folder = write_checkpoint(tmp_path)
     assert run(folder, "--top_k=1000", "--start=a") == run(folder, "--top_k=0", "--start=a")
 
 
 @needs_gpt2
-def test_stream_never_prints_half_a_character(capsys):
+def test_stream_shows_all_but_a_character_still_incomplete_after_every_token(capsys):
+    """From any prompt, after each token the screen holds the text so far, less a character whose bytes are
+    not all there yet (U+FFFD): never half a character, never a whole one held back (an X, a space)."""
     encode, decode = get_tokenizer(dict(tokenizer="gpt2"))
-    ids = encode("naïve café: 日本語 €5 🙂!")
+    ids = encode("X naïve\n café X:  日本語 €5 🙂 X!")
     assert any("\ufffd" in decode([i]) for i in ids)  # some characters span several tokens
-    printer = sample.StreamPrinter(decode, ids[:1])
-    for i in ids[1:]:
-        printer(torch.tensor([[i]]))
-    chunks = capsys.readouterr().out
-    assert "\ufffd" not in chunks and chunks == decode(ids)
+    for start in range(1, len(ids)):
+        printer, screen = sample.StreamPrinter(decode, ids[:start]), capsys.readouterr().out
+        assert screen == decode(ids[:start]).rstrip("\ufffd")
+        for end in range(start + 1, len(ids) + 1):
+            printer(torch.tensor([[ids[end - 1]]]))
+            screen += capsys.readouterr().out
+            assert screen == decode(ids[:end]).rstrip("\ufffd"), (start, end)
+    assert "\ufffd" not in screen and screen == decode(ids)
 
 
-def test_stream_output_equals_the_sample(tmp_path, capsys):
-    folder = write_checkpoint(tmp_path, "simplenorm")
-    (text,) = run(folder, "--start=hi", "--stream")
-    assert capsys.readouterr().out == text + "\n---------------\n"
+class Terminal:
+    """sys.stdout as a terminal shows it: what was written, and what of it a flush has shown."""
+
+    def __init__(self):
+        self.written, self.shown = "", ""
+
+    def write(self, text):
+        self.written += text
+        return len(text)
+
+    def flush(self):
+        self.shown = self.written
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_stream_shows_each_token_before_the_next_is_sampled_and_without_it_each_sample_at_its_end(
+        tmp_path, monkeypatch, stream):
+    """With --stream the prompt and every token are on the screen (flushed) when the next token is sampled, a
+    trailing space too; without it nothing of a sample is written before the sample is done. Either way the
+    output is each sample, then a rule."""
+    folder, terminal, screens = write_checkpoint(tmp_path, "simplenorm"), Terminal(), []
+    sample_next = model_module.sample_next
+    monkeypatch.setattr(model_module, "sample_next", lambda *a, **kw: screens.append(
+        (terminal.written, terminal.shown)) or sample_next(*a, **kw))
+    monkeypatch.setattr(sys, "stdout", terminal)
+    texts = run(folder, "--start=to be ", "--num_samples=2", "--max_new_tokens=6", *["--stream"] * stream)
+    outputs = [f"{text}\n---------------\n" for text in texts]
+    assert terminal.written == "".join(outputs) and len(screens) == 2 * 6
+    for i, (written, shown) in enumerate(screens):  # before token k of sample j
+        j, k = divmod(i, 6)
+        before = "".join(outputs[:j]) + (texts[j][:len("to be ") + k] if stream else "")
+        assert written == before and (shown == before or not stream), (j, k)
 
 
 # ---------------------------------------------------------------- bad input: one line, no traceback
@@ -367,7 +419,7 @@ def test_corrupt_checkpoint_is_a_one_line_error(tmp_path):
     (["--top_p"], "--top_p needs a value"),
     (["--dtype=fp8"], "dtype must be one of auto, float32, bfloat16"),
     (["--device=nonsense"], "device 'nonsense' is not usable here"),
-    (["--start=FILE:/no/such/file"], "cannot read the prompt file"),
+    (["--start=FILE:/no/such/file"], "cannot read the prompt file --start=FILE:/no/such/file (FileNotFoundError: "),
     (["--start=Hello ROMEO"], "characters not in this model's vocabulary: 'E', 'H', 'M', 'O', 'R'"),
 ])
 def test_bad_settings_are_one_line_errors(tmp_path, argv, message):
@@ -397,8 +449,10 @@ def test_empty_prompt_without_a_start_token_or_newline_is_an_error(tmp_path):
     chars = "abc"
     folder = write_checkpoint(tmp_path, meta=dict(dataset="toy", tokenizer="char", vocab_size=3, eot_token=None,
                                                   chars=chars))
-    with pytest.raises(SystemExit, match="^error: an empty --start needs a start token"):
+    with pytest.raises(SystemExit) as e:
         run(folder)
+    assert str(e.value) == ("error: an empty --start needs a start token, and this character vocabulary has "
+                            "neither <|endoftext|> nor a newline; give a prompt: --start=TEXT")
 
 
 # ---------------------------------------------------------------- end to end
