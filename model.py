@@ -193,9 +193,9 @@ def geodesic_step(x, s, a, max_angle=None):
     """exp_x(a·v), v = Proj_x(s): the great circle through x by arc length a‖v‖ (Eq. 3, 5), as cos θ·x +
     a·sinc(θ)·v, θ = a‖v‖/‖x‖ (§6.2): the paper's cos θ·x + ‖x‖·sin θ·v/‖v‖, smooth at v = 0. Keeps ‖x‖."""
     x, s, dtype = at_least_fp32(x), at_least_fp32(s), x.dtype  # bf16's ~4e-3 precision would break ‖x‖
-    x_hat = x / (r := vec_norm(x))  # x's direction, and r the sphere's radius, (B, T, 1)
+    x_hat = x / vec_norm(x)
     v = s - (x_hat * s).sum(-1, keepdim=True) * x_hat  # Proj_x(s) = s − (x̂·s)·x̂, tangent at x (Eq. 5)
-    v_norm = vec_norm(v)  # (B, T, 1)
+    r, v_norm = vec_norm(x), vec_norm(v)  # sphere radius and tangent length, (B, T, 1)
     theta = a * v_norm / r  # rotation angle = arc length / radius
     if max_angle is not None:  # smooth clamp θ -> θ/(1 + θ/m) < m, by shortening the step
         a = a / (1 + theta / max_angle)
