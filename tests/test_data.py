@@ -65,10 +65,26 @@ def test_get_batch_draws_every_window_of_every_shard_equally_often_and_no_other(
 
 # ----------------------------------------------------------------------------- meta.json and tokenizers
 
-def test_load_meta_of_an_unprepared_folder_gives_the_command(tmp_path, monkeypatch):
+@pytest.mark.parametrize("folder, command", [
+    ("data/shakespeare_char", "python prepare_data.py shakespeare_char"),  # a dataset where it is built by default
+    ("elsewhere/shakespeare_char", "python prepare_data.py shakespeare_char --out elsewhere/shakespeare_char"),
+    ("data/mine", "python prepare_data.py DATASET --out data/mine"),  # no dataset by that name: the user's to say
+])
+def test_load_meta_of_an_unprepared_or_corrupt_folder_gives_the_command_that_builds_it(tmp_path, monkeypatch,
+                                                                                      folder, command):
     monkeypatch.chdir(tmp_path)
-    assert error_of(load_meta, "data/shakespeare_char") == (
-        "error: data/shakespeare_char is not prepared (no meta.json): run  python prepare_data.py shakespeare_char")
+    assert error_of(load_meta, folder) == f"error: {folder} is not prepared (no meta.json): run  {command}"
+    (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / folder / "meta.json").write_text('{"vocab_size": ')  # a build cut short while writing it
+    assert error_of(load_meta, folder) == f"error: {folder}/meta.json is corrupt: run  {command} --force"
+
+
+def test_without_gpt2s_bpe_files_the_error_says_how_to_work_offline(monkeypatch):
+    tiktoken = pytest.importorskip("tiktoken")
+    monkeypatch.setattr(tiktoken, "get_encoding", lambda name: (_ for _ in ()).throw(ConnectionError(name)))
+    assert error_of(get_tokenizer, GPT2_META) == (
+        "error: cannot load the GPT-2 BPE files (ConnectionError); offline, point TIKTOKEN_CACHE_DIR at a copy of "
+        "tiktoken's cache, or use --tokenizer char")
 
 
 def test_char_tokenizer_names_the_characters_it_does_not_know():
