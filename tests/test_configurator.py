@@ -60,3 +60,108 @@ def test_a_config_file_that_fails_to_run_is_one_line_naming_the_file_and_the_err
     config.write_text("n_layer = 2\nn_head = n_heads\n")
     assert error_of(configurator.read_config_file, config) == (
         f"error: config file {config}: NameError: name 'n_heads' is not defined")
+
+
+# ---------------------------------------------------------------- the reader on a script of its own
+
+def script(folder, name, settings):
+    """A script at folder/name whose settings block is settings."""
+    path = folder / name
+    path.write_text(f'"""{name}: a test script."""\n{configurator.RULER}\n{settings}{configurator.RULER}\nprint()\n')
+    return path
+
+
+@pytest.fixture
+def scripts(tmp_path):
+    """tool.py, with settings of every kind, which passes its own settings and base.py's on."""
+    base = script(tmp_path, "base.py", 'lr = 0.1  # a float\nsteps = 10  # an int\nname = "base"  # shared\n')
+    tool = script(tmp_path, "tool.py", 'name = "tool"  # shared: its own wins\ntool_jobs = 1  # prefixed\n'
+                  'flag = False  # a bool\nscale: float | None = None  # a float or None\nword = "a"  # a str\n'
+                  'tool_label = "x"  # prefixed, a str\n')
+    return tool, base
+
+
+def test_defaults_then_config_files_then_arguments_in_order_each_checked(scripts, tmp_path):
+    tool, base = scripts
+    (tmp_path / "c.py").write_text("import math\nsteps = 20\nlr = 1\n_private = 3\n")
+    everything, given = configurator.parse_settings(
+        [str(tmp_path / "c.py"), "--steps=30", "--jobs=4", "--flag", "--word=1e3", "--scale=2", "--label=k=v"], tool,
+        passes_on=base, prefix="tool_")
+    assert given == dict(steps=30, lr=1.0, tool_jobs=4, flag=True, word="1e3", scale=2.0, tool_label="k=v")  # no math
+    assert everything == given | dict(name="tool")
+    assert [type(given[k]) for k in ("lr", "scale", "word", "flag")] == [float, float, str, bool]
+    assert configurator.parse_settings(["--steps=3", str(tmp_path / "c.py")], tool, passes_on=base)[1]["steps"] == 20
+    assert configurator.parse_settings([], base)[0] == dict(lr=0.1, steps=10, name="base")  # alone: its own
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("--stesp=3", "unknown setting 'stesp' in --stesp=3: did you mean 'steps'?"),
+    ("--zzzzzz=3", "unknown setting 'zzzzzz' in --zzzzzz=3: python pytest --help lists them all"),
+    ("--steps=1.5", "steps must be int, got 1.5 in --steps=1.5"),
+    ("--steps=True", "steps must be int, got True in --steps=True"),  # a bool is no int here
+    ("--flag=1", "flag must be bool, got 1 in --flag=1"),  # nor an int a bool
+    ("--scale=big", "scale must be float or None, got 'big' in --scale=big"),
+    ("--steps", "--steps needs a value: --steps=VALUE"),  # only a bool may go bare
+    ("--steps=0", "steps must be at least 1, got 0 in --steps=0"),
+    ("--lr=1", "lr must be in [0, 1), got 1.0 in --lr=1"),
+    ("--word=c", "word must be one of a, b, got 'c' in --word=c"),
+])
+def test_each_mistake_is_one_line_naming_the_setting_and_the_fix(scripts, arg, message, monkeypatch):
+    tool, base = scripts
+    monkeypatch.setattr(sys, "argv", ["pytest"])
+    ranges = dict(steps=1, lr="[0, 1)", word=("a", "b"), scale=0)
+    assert error_of(configurator.parse_settings, [arg], tool, ranges, base, "tool_") == f"error: {message}"
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_is_the_docstring_as_written_then_the_settings_block(tmp_path, capsys, flag):
+    tool = script(tmp_path, "tool.py", "steps = 10  # an int\n")
+    tool.write_text(tool.read_text().replace('a test script."""', 'a test script.\n    python tool.py --steps=3\n"""'))
+    with pytest.raises(SystemExit) as e:
+        configurator.parse_settings(["--steps=2", flag], tool)
+    assert e.value.code in (0, None) and capsys.readouterr().out == (
+        "tool.py: a test script.\n    python tool.py --steps=3\n\nsettings, their defaults and what they do:\n"
+        "steps = 10  # an int\n\n")  # the usage line keeps its indentation
+
+
+@pytest.mark.parametrize("value, bounds, fails", [
+    (0, 0, None), (-1, 0, "at least 0"), (float("inf"), 0, "at least 0"), (float("nan"), 0, "at least 0"),
+    (0, "[0, 1)", None), (0.999, "[0, 1)", None), (1, "[0, 1)", "in [0, 1)"), (-0.001, "[0, 1)", "in [0, 1)"),
+    (0, "(0, 1]", "in (0, 1]"), (1, "(0, 1]", None), (1e-9, "(0, 1]", None), (1.5, "(0, 1]", "in (0, 1]"),
+    (5, "[0, 5]", None), (5, "(0, 5)", "in (0, 5)"), (float("nan"), "[0, 1)", "in [0, 1)"),
+    ("b", ("a", "b"), None), ("c", ("a", "b"), "one of a, b"),
+])
+def test_a_range_holds_its_ends_as_its_brackets_say_and_no_inf_or_nan(value, bounds, fails):
+    assert configurator.outside(value, bounds) == fails
+
+
+def test_none_is_never_out_of_range_and_a_local_gpt2_folder_is_an_init_from(scripts, tmp_path):
+    tool, _ = scripts
+    settings = configurator.read_settings(tool) | {"init_from": ("scratch", (str,))}
+    assert configurator.checked("scale", None, settings, "x", dict(scale=0)) is None
+    assert configurator.checked("init_from", str(tmp_path), settings, "x", dict(init_from=("scratch",))) == str(tmp_path)
+    assert "or a folder holding a transformers GPT-2" in error_of(
+        configurator.checked, "init_from", "nope", settings, "x", dict(init_from=("scratch",)))
+
+
+def test_modes_are_all_or_known_names_in_order_each_once():
+    assert configurator.parse_modes("all") == list(configurator.ENTRIES)
+    assert configurator.parse_modes("peri,pre,peri,geonorm") == ["peri", "pre", "geonorm"]
+    assert configurator.parse_modes(["dyt", "post"]) == ["dyt", "post"]
+    assert error_of(configurator.parse_modes, "pre,rms,layer") == (
+        f"error: unknown mode(s) rms, layer: choose from {', '.join(configurator.ENTRIES)} or all")
+    assert configurator.entry_settings("peri") == dict(norm_mode="sandwich", embed_norm=True)
+    assert configurator.entry_settings("lns") == dict(norm_mode="lns")
+
+
+def test_the_model_config_takes_every_model_setting_and_pads_gpt2s_vocabulary():
+    import types
+    settings = configurator.parse_settings(["--n_layer=3", "--norm_mode=hybrid", "--rope_theta=500.0"],
+                                           train.__file__)[0]
+    config = configurator.model_config(types.SimpleNamespace(**settings), dict(tokenizer="gpt2", vocab_size=50257))
+    assert (config.n_layer, config.norm_mode, config.rope_theta, config.vocab_size) == (3, "hybrid", 500.0, 50304)
+    assert configurator.model_config(types.SimpleNamespace(**settings), dict(tokenizer="char", vocab_size=65)
+                                     ).vocab_size == 65  # a character table as it is
+    bad = types.SimpleNamespace(**settings | dict(n_head=5))
+    assert error_of(configurator.model_config, bad, dict(tokenizer="char", vocab_size=65)).startswith(
+        f"error: n_embd={settings['n_embd']} is not divisible by n_head=5")
