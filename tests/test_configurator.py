@@ -4,6 +4,7 @@ import inspect
 import os
 import subprocess
 import sys
+import types
 import typing
 from pathlib import Path
 
@@ -64,10 +65,10 @@ def test_a_config_file_that_fails_to_run_is_one_line_naming_the_file_and_the_err
 
 # ---------------------------------------------------------------- the reader on a script of its own
 
-def script(folder, name, settings):
-    """A script at folder/name whose settings block is settings."""
+def script(folder, name, settings, usage=""):
+    """A script at folder/name whose settings block is settings, its docstring a line and usage."""
     path = folder / name
-    path.write_text(f'"""{name}: a test script."""\n{configurator.RULER}\n{settings}{configurator.RULER}\nprint()\n')
+    path.write_text(f'"""{name}: a test script.\n{usage}"""\n{configurator.RULER}\n{settings}{configurator.RULER}\n')
     return path
 
 
@@ -115,8 +116,7 @@ def test_each_mistake_is_one_line_naming_the_setting_and_the_fix(scripts, arg, m
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_help_is_the_docstring_as_written_then_the_settings_block(tmp_path, capsys, flag):
-    tool = script(tmp_path, "tool.py", "steps = 10  # an int\n")
-    tool.write_text(tool.read_text().replace('a test script."""', 'a test script.\n    python tool.py --steps=3\n"""'))
+    tool = script(tmp_path, "tool.py", "steps = 10  # an int\n", usage="    python tool.py --steps=3\n")
     with pytest.raises(SystemExit) as e:
         configurator.parse_settings(["--steps=2", flag], tool)
     assert e.value.code in (0, None) and capsys.readouterr().out == (
@@ -155,7 +155,6 @@ def test_modes_are_all_or_known_names_in_order_each_once():
 
 
 def test_the_model_config_takes_every_model_setting_and_pads_gpt2s_vocabulary():
-    import types
     settings = configurator.parse_settings(["--n_layer=3", "--norm_mode=hybrid", "--rope_theta=500.0"],
                                            train.__file__)[0]
     config = configurator.model_config(types.SimpleNamespace(**settings), dict(tokenizer="gpt2", vocab_size=50257))

@@ -135,8 +135,9 @@ def pytest_collection_modifyitems(config, items):
     tests written for it, in minutes rather than the whole suite's hours. A mutant's tests: the module that
     cost least in the stats run first (its fixtures are set up once), and within a module the fastest first."""
     if chosen := os.environ.get("NORMGPT_MUTATE_TESTS", "").split():
-        config.hook.pytest_deselected(items=[i for i in items if i.nodeid.split("::")[0] not in chosen])
-        items[:] = [i for i in items if i.nodeid.split("::")[0] in chosen]
+        kept = {i: i.nodeid.split("::")[0] in chosen for i in items}
+        config.hook.pytest_deselected(items=[i for i in items if not kept[i]])
+        items[:] = [i for i in items if kept[i]]
     if stats_run() or not COSTS.is_file():
         return
     seconds = json.loads(COSTS.read_text())
