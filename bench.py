@@ -53,6 +53,7 @@ bench_steps = 10  # timed steps per mode
 bench_vocab_size: int | None = None  # the random tokens' vocabulary; None: the dataset's
 bench_sample_tokens = 240  # new tokens per sampling measurement
 bench_json = False  # print the results as one JSON object
+bench_threads: int | None = None  # torch's CPU threads; None: its default, a thread per core (1: steadier ratios)
 # train.py's settings, with the defaults bench.py measures
 device = "cpu"  # cpu or cuda
 n_layer = 6
@@ -69,8 +70,8 @@ torch._dynamo.config.cache_size_limit = 64  # the name torch 2.4 knows; recompil
 MEASURED = ({f.name for f in dataclasses.fields(GPTConfig)} - {"vocab_size", "norm_mode"}
             | {"seed", "dataset", "batch_size", "learning_rate", "weight_decay", "beta1", "beta2", "device",
                "dtype", "peak_flops"})
-RANGES = dict(bench_steps=1, bench_sample_tokens=1, batch_size=1, learning_rate=0, weight_decay=0, beta1="[0, 1)",
-              beta2="[0, 1)", seed="[0, 1e19)", peak_flops=0,
+RANGES = dict(bench_steps=1, bench_sample_tokens=1, bench_threads=1, batch_size=1, learning_rate=0, weight_decay=0,
+              beta1="[0, 1)", beta2="[0, 1)", seed="[0, 1e19)", peak_flops=0,
               dtype=devices.DTYPES)  # checked by configurator; the model's settings by GPTConfig
 
 
@@ -259,7 +260,8 @@ def bench_data_loader(cfg, n_batches=200):
 
 
 def print_table(report):
-    print(f"{report['shape']} on {report['device']}, torch {torch.__version__}, {report['steps']} steps per mode")
+    print(f"{report['shape']} on {report['device']}, torch {torch.__version__}, {report['steps']} steps per mode, "
+          f"{report['threads']} CPU threads")
     print(f"{'mode':<11} {'compile':<8} {'ms/step':>8} {'x pre':>6} {'tokens/s':>9} {'MFU':>6} "
           f"{'peak MB':>8} {'1st step s':>10}")
     for r in report["training"]:
@@ -276,18 +278,26 @@ def print_table(report):
 
 def main(argv):
     args, modes, cfg = parse(argv)
-    torch.manual_seed(cfg.seed)
-    compiles = {"both": (False, True), "on": (True,), "off": (False,)}[args.compile]
-    report = dict(shape=f"{cfg.arch}: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, "
-                        f"block {cfg.block_size}, batch {cfg.batch_size}, vocab {args.vocab_size}",
-                  device=cfg.device, steps=args.steps, torch=torch.__version__,
-                  training=[r for c in compiles for r in bench_training(modes, cfg, args, c)],
-                  sampling=bench_sampling(modes, cfg, args), data_loader=bench_data_loader(cfg))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    # Subnormal floats (below 1.2e-38) cost an x86 CPU a microcode assist each; a GPU runs them at full speed.
+    # reorder's attention, fed the unnormalized stream, saturates and sends 10^5 of them a step into k and v's
+    # gradients: its step grew 1.0 -> 1.7x pre's over 40 steps here. Flushed to zero, ratios time the arithmetic.
+    torch.set_flush_denormal(True)
+    try:
+        torch.manual_seed(cfg.seed)
+        compiles = {"both": (False, True), "on": (True,), "off": (False,)}[args.compile]
+        report = dict(shape=f"{cfg.arch}: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, "
+                            f"block {cfg.block_size}, batch {cfg.batch_size}, vocab {args.vocab_size}",
+                      device=cfg.device, steps=args.steps, threads=torch.get_num_threads(), torch=torch.__version__,
+                      training=[r for c in compiles for r in bench_training(modes, cfg, args, c)],
+                      sampling=bench_sampling(modes, cfg, args), data_loader=bench_data_loader(cfg))
+    finally:
+        torch.set_flush_denormal(False)  # torch's default: a caller's arithmetic stays its own
     if args.json:
         print(json.dumps(report, indent=1))
     else:
         print_table(report)
-
 
 if __name__ == "__main__":
     run_cli(main)

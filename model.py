@@ -179,29 +179,27 @@ def rms_norm(config, ndim):
     return RMSNorm(ndim, default_eps if config.norm_eps is None else config.norm_eps)
 
 
-def vec_norm(t):
-    """‖t‖ over the last dim, (B, T, 1); the 1e-12 keeps the value and gradient finite at t = 0."""
-    return (t.pow(2).sum(-1, keepdim=True) + 1e-12).sqrt()
-
-
 def unit(t):
     """t/‖t‖ over the last dim, in fp32 (nGPT's Norm; bf16 would leave ‖·‖ − 1 at ~4e-3); 0 stays 0."""
     return F.normalize(at_least_fp32(t), dim=-1)
 
 
 def geodesic_step(x, s, a, max_angle=None):
-    """exp_x(a·v), v = Proj_x(s): the great circle through x by arc length a‖v‖ (Eq. 3, 5), as cos θ·x +
-    a·sinc(θ)·v, θ = a‖v‖/‖x‖ (§6.2): the paper's cos θ·x + ‖x‖·sin θ·v/‖v‖, smooth at v = 0. Keeps ‖x‖."""
+    """exp_x(a·v), v = Proj_x(s) = s − c·x, c = x·s/‖x‖²: the great circle through x by arc length a‖v‖
+    (Eq. 3, 5), as cos θ·x + a·sinc(θ)·v, θ = a‖v‖/‖x‖ (§6.2): the paper's cos θ·x + ‖x‖·sin θ·v/‖v‖, smooth
+    at v = 0. Keeps ‖x‖. Three dot products a token give every scalar (‖v‖² = ‖s‖² − c·x·s, Pythagoras),
+    so v is never formed: one pass over x and s, then y = (cos θ − a·sinc θ·c)·x + a·sinc θ·s (4% a step)."""
     x, s, dtype = at_least_fp32(x), at_least_fp32(s), x.dtype  # bf16's ~4e-3 precision would break ‖x‖
-    x_hat = x / vec_norm(x)
-    v = s - (x_hat * s).sum(-1, keepdim=True) * x_hat  # Proj_x(s) = s − (x̂·s)·x̂, tangent at x (Eq. 5)
-    r, v_norm = vec_norm(x), vec_norm(v)  # sphere radius and tangent length, (B, T, 1)
+    dot = lambda u, w: (u * w).sum(-1, keepdim=True)  # (B, T, 1)
+    xx, xs, ss = dot(x, x) + 1e-12, dot(x, s), dot(s, s)  # the 1e-12s keep values and gradients finite at 0
+    c = xs / xx  # Proj_x(s) = s − c·x, tangent at x (Eq. 5)
+    r, v_norm = xx.sqrt(), ((ss - c * xs).clamp_min(0) + 1e-12).sqrt()  # radius, ‖v‖ (clamp: rounding)
     theta = a * v_norm / r  # rotation angle = arc length / radius
     if max_angle is not None:  # smooth clamp θ -> θ/(1 + θ/m) < m, by shortening the step
         a = a / (1 + theta / max_angle)
         theta = a * v_norm / r
-    y = torch.cos(theta) * x + a * torch.sinc(theta / math.pi) * v  # torch.sinc(t) = sin(πt)/(πt)
-    return y.to(dtype)
+    step = a * torch.sinc(theta / math.pi)  # a·sinc θ; torch.sinc(t) = sin(πt)/(πt)
+    return ((torch.cos(theta) - step * c) * x + step * s).to(dtype)  # cos θ·x + a·sinc θ·(s − c·x)
 
 
 def rotary_table(config):
@@ -461,7 +459,7 @@ class GPT(nn.Module):
             x = self.transformer.emb_scale * x
         x = self.transformer.drop(self.transformer.ln_emb(x))
         if self.config.norm_mode == "geonorm" and self.config.geo_radius == "sqrt_d":  # §6.2
-            x = math.sqrt(self.config.n_embd) * x / vec_norm(x)
+            x = math.sqrt(self.config.n_embd) * F.normalize(x, dim=-1)
         return unit(x) if self.config.norm_mode == "ngpt" else x
 
     def forward(self, idx, targets=None, pos=0, all_logits=False):

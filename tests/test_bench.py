@@ -65,6 +65,35 @@ def test_every_derived_figure_is_its_raw_figures_divided_in_the_json_and_the_tab
                             f"{tokens / (r['step_ms'] / 1000):,.0f}"], r["mode"]
 
 
+def test_threads_sets_torchs_cpu_threads_for_every_step_and_the_report_says_how_many(monkeypatch, capsys):
+    """--threads=N: every timed step runs on N threads, and the JSON and the table's first line say N; without
+    it torch's count is left as it is; fewer than 1 is a one-line error."""
+    seen, step, before = [], bench.Runner.step, torch.get_num_threads()
+    monkeypatch.setattr(bench.Runner, "step", lambda self: seen.append(torch.get_num_threads()) or step(self))
+    try:
+        bench.main([*TINY, "--modes=pre", "--steps=1", "--compile=off", "--json", f"--threads={before + 1}"])
+        assert json.loads(capsys.readouterr().out)["threads"] == before + 1 and set(seen) == {before + 1}
+    finally:
+        torch.set_num_threads(before)
+    seen.clear()
+    bench.main([*TINY, "--modes=pre", "--steps=1", "--compile=off"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(f"1 steps per mode, {before} CPU threads") and set(seen) == {before}
+    assert error_of(bench.parse, ["--threads=0"]) == "error: bench_threads must be at least 1, got 0 in --threads=0"
+
+
+@pytest.mark.skipif(not torch.set_flush_denormal(False), reason="this CPU cannot flush subnormal floats")
+def test_subnormals_are_zero_in_every_timed_step_and_again_themselves_after_bench(monkeypatch):
+    """A CPU's subnormal arithmetic (microcode, up to 100x) would time one mode's underflow, not its cost: bench
+    flushes them to zero while it measures, and leaves its caller's arithmetic as torch's default has it."""
+    flushed, step = [], bench.Runner.step
+    monkeypatch.setattr(bench.Runner, "step", lambda self: flushed.append(float(torch.tensor(1e-39) * 1) == 0)
+                        or step(self))
+    bench.main([*TINY, "--modes=pre", "--steps=2", "--compile=off", "--json"])
+    assert flushed == [True] * 6  # the memory pass: a first step, a warm-up, the measured one; a warm-up, 2 timed
+    assert float(torch.tensor(1e-39) * 1) != 0
+
+
 def test_the_presets_are_rows_of_their_own_measured_as_the_settings_they_name():
     result = run_bench("--modes=dyt,peri", "--steps=1", "--compile=off", "--json")
     assert result.returncode == 0, result.stderr
