@@ -9,7 +9,9 @@ to `pre`.
 
 A training step is forward, backward, clipping, the AdamW update and ngpt's projection of its weights
 (GPT.normalize_weights, as train.py runs it after each step; nothing in the other modes), on random tokens.
-A preset is measured as the mode and switches it names (configurator.PRESETS). The modes take
+Subnormal floats are flushed to zero while it measures: a CPU computes them in microcode, a GPU at full
+speed, and reorder's gradients underflow (docs/results.md). --threads=1 gives the steadiest ratios on a
+shared CPU. A preset is measured as the mode and switches it names (configurator.PRESETS). The modes take
 turns step by step, in an order that rotates every round, so drift on a shared machine hits all of
 them alike; each figure is a median. Peak memory is measured with one mode's model alive at a time:
 CUDA's max allocated during a step (weights, gradients, AdamW state and activations), or on CPU the

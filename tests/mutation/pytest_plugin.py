@@ -29,6 +29,10 @@ _spec = importlib.util.spec_from_file_location("normgpt_mutmut_hooks", HERE / "s
 hooks = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hooks)
 
+# pyarrow's jemalloc (imported through datasets and lm-eval's tasks when the fork server collects the tests)
+# starts a thread that purges memory in the background; a mutant forked while it holds one of jemalloc's locks
+# waited on it forever (a futex), which mutmut reported as a timeout's "segfault". Off, before pyarrow loads.
+os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
 hooks.follow_scripts()
 hooks.record_forked_children()
 os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
