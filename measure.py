@@ -102,16 +102,19 @@ def plan(cfg, config, world, accum, device):
 
 def block_activation_bytes(config, dtype, width=None):
     """Bytes per token that one block keeps for its backward pass, counted rather than modeled: a narrow copy
-    of the model (width: 8 features per head by default; eval mode: no dropout) runs forward on the CPU, 1
-    and 2 blocks deep at 2 sequence lengths, and autograd's saved-tensor hooks sum the storages the graph
-    keeps, each once. The differences leave out the weights and all outside the blocks; the count is scaled
-    to the model's width."""
-    width = width or 8 * config.n_head
+    of the model (eval mode: no dropout) runs forward on the CPU, 1 and 2 blocks deep at 2 sequence lengths,
+    and autograd's saved-tensor hooks sum the storages the graph keeps, each once. The differences leave out
+    the weights and all outside the blocks. Counted at width if given, else at 8 and 16 features per head and
+    extrapolated on the line through the two: some of what a block keeps per token does not grow with the
+    width (a norm's statistics, geonorm's dot products) and the rest grows in proportion to it."""
+    if width is None:
+        narrow, wider = (block_activation_bytes(config, dtype, k * config.n_head) for k in (8, 16))
+        return narrow + (wider - narrow) * (config.n_embd - 8 * config.n_head) / (8 * config.n_head)
 
     def saved(n_layer, T):
-        narrow = dataclasses.replace(config, n_layer=n_layer, n_embd=width, block_size=T, vocab_size=64,
-                                     multiple_of=1)
-        model = GPT(narrow).eval()  # multiple_of 1: llama's MLP keeps its width's ratio to n_embd
+        copy = dataclasses.replace(config, n_layer=n_layer, n_embd=width, block_size=T, vocab_size=64,
+                                   multiple_of=1)
+        model = GPT(copy).eval()  # multiple_of 1: llama's MLP keeps its width's ratio to n_embd
         storages, idx = {}, torch.zeros(1, T, dtype=torch.long)
 
         def pack(t):
@@ -123,8 +126,7 @@ def block_activation_bytes(config, dtype, width=None):
         return sum(storages.values())
 
     with torch.random.fork_rng(devices=[]):  # the narrow models' init leaves the run's random draws alone
-        per_token = (saved(2, 64) - saved(1, 64) - saved(2, 32) + saved(1, 32)) / 32
-    return per_token * config.n_embd / width
+        return (saved(2, 64) - saved(1, 64) - saved(2, 32) + saved(1, 32)) / 32
 
 
 def memory_estimate(model, cfg, world, dtype):

@@ -283,11 +283,11 @@ def test_settings_that_fsdp_cannot_serve_are_one_line_errors():
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 @pytest.mark.parametrize("mode", NORM_MODES)
 def test_block_activations_are_counted_from_a_narrow_copy(mode, arch, dtype):
-    """The narrow copy's count, scaled to the width, against the same count taken at the width itself."""
+    """The narrow copies' counts, extrapolated to the width, against the same count taken at the width itself."""
     config = GPTConfig(n_layer=2, n_head=4, n_embd=256, block_size=64, vocab_size=64, norm_mode=mode, arch=arch,
                        multiple_of=1)
     wide = measure.block_activation_bytes(config, dtype, width=config.n_embd)
-    assert measure.block_activation_bytes(config, dtype) == pytest.approx(wide, rel=0.06)
+    assert measure.block_activation_bytes(config, dtype) == pytest.approx(wide, rel=0.005)
     # at least the vectors any block keeps (reorder, with no norm before f, keeps the fewest)
     assert wide > (32 if dtype == "bfloat16" else 60) * config.n_embd * 0.99
 
