@@ -1,5 +1,6 @@
 """data.py: the shard format, meta.json, tokenizers, the vocabulary padding, and no torch at import."""
 import ast
+import json
 import subprocess
 import sys
 import types
@@ -10,7 +11,7 @@ import torch
 
 from conftest import ROOT, error_of
 from data import (GPT2_META, char_table, check_out_dir, first_line, get_batch, get_tokenizer, load_meta,
-                  locked_folder, padded_vocab, read_shard, write_shard)
+                  locked_folder, padded_vocab, read_shard, write_json, write_shard)
 
 
 # ----------------------------------------------------------------------------- shard format
@@ -26,20 +27,72 @@ def test_write_shard_writes_the_modded_nanogpt_layout_and_read_shard_reads_it_ba
     assert list(tmp_path.iterdir()) == [tmp_path / "s.bin"]  # the temporary file was renamed away
 
 
-@pytest.mark.parametrize("damage, why", [(lambda b: b[:1000], "header"), (lambda b: b[:-2], "promises"),
-                                         (lambda b: b"\0\0\0\0" + b[4:], "magic")])
+def shard_error(path, why):
+    return (f"error: {path} is not a valid token shard ({why}); "
+            f"rebuild it with: python prepare_data.py shakespeare --out {path.parent} --force")
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda b: b[:1000], "shorter than its 1024-byte header"),
+    (lambda b: b[:1020], "shorter than its 1024-byte header"),
+    (lambda b: b[:-2], "1222 bytes, but the header promises 100 tokens"),
+    (lambda b: b + b"\0\0", "1226 bytes, but the header promises 100 tokens"),
+    (lambda b: b[:1024], "1024 bytes, but the header promises 100 tokens"),
+    (lambda b: b[:8] + np.int32(0).tobytes() + b[12:1024], "1024 bytes, but the header promises 0 tokens"),
+    (lambda b: b[:8] + np.int32(-1).tobytes() + b[12:], "1224 bytes, but the header promises -1 tokens"),
+    (lambda b: b"\0\0\0\0" + b[4:], "magic 0 version 1, expected 20240520 version 1"),
+    (lambda b: b[:4] + np.int32(2).tobytes() + b[8:], "magic 20240520 version 2, expected 20240520 version 1")])
 def test_read_shard_rejects_a_damaged_file_naming_the_fix(tmp_path, damage, why):
+    """Each damage in one line: what is wrong with the file, and the command that rebuilds it."""
     path = tmp_path / "shakespeare" / "train_000000.bin"
     path.parent.mkdir()
     write_shard(path, np.arange(100))
     path.write_bytes(damage(path.read_bytes()))
-    message = error_of(read_shard, path)
-    assert "not a valid token shard" in message and why in message and "--force" in message
+    assert error_of(read_shard, path) == shard_error(path, why)
+
+
+def test_read_shard_of_an_unreadable_path_says_why(tmp_path):
+    folder = tmp_path / "shakespeare"
+    (folder / "sub").mkdir(parents=True)
+    assert error_of(read_shard, folder / "gone.bin") == shard_error(folder / "gone.bin", "No such file or directory")
+    assert error_of(read_shard, folder / "sub") == shard_error(folder / "sub", "Is a directory")
+
+
+def test_read_shard_maps_the_tokens_rather_than_reading_them(tmp_path):
+    """get_batch opens a shard for every batch: checking one reads its header, not its 64 MB of tokens."""
+    import tracemalloc
+    count, path = 2**25, tmp_path / "big.bin"
+    header = np.zeros(256, np.int32)
+    header[:3] = 20240520, 1, count
+    with open(path, "wb") as f:  # a sparse file: no 64 MB written
+        f.write(header.tobytes())
+        f.truncate(1024 + 2 * count)
+    tracemalloc.start()
+    try:
+        shard = read_shard(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert shard.shape == (count,) and shard[-1] == 0 and peak < 2**20
 
 
 def test_write_shard_refuses_ids_beyond_uint16(tmp_path):
-    assert "65535" in error_of(write_shard, tmp_path / "s.bin", [1, 65536])
+    for ids, shown in (([1, 65536], "1..65536"), ([-1, 7], "-1..7")):
+        assert error_of(write_shard, tmp_path / "s.bin", ids) == (
+            f"error: token ids {shown} do not fit a uint16 shard (0..65535); use a tokenizer with a smaller vocabulary")
     assert not any(tmp_path.iterdir())
+
+
+def test_json_files_are_utf8_with_one_value_a_line(tmp_path):
+    """meta.json, config.json, eval.json: read by people and diffed between runs, so each value has its own line
+    and a character table shows its characters, not \\u escapes."""
+    obj = {"chars": "\n aé€", "shards": [1, 2], "nested": {"x": None}}
+    write_json(tmp_path / "m.json", obj)
+    text = (tmp_path / "m.json").read_text(encoding="utf-8")
+    assert json.loads(text) == obj and "aé€" in text
+    lines = text.splitlines()
+    assert [line.strip() for line in lines[1:3]] == ['"chars": "\\n aé€",', '"shards": [']
+    assert len(lines) == 10 and list(tmp_path.iterdir()) == [tmp_path / "m.json"]
 
 
 def test_get_batch_draws_every_window_of_every_shard_equally_often_and_no_other(tmp_path):
@@ -93,9 +146,20 @@ def test_char_tokenizer_names_the_characters_it_does_not_know():
     assert error_of(encode, "a€bé") == "error: characters not in this model's vocabulary: 'é', '€'"
 
 
+def test_gpt2_encodes_the_end_of_text_marker_as_its_token():
+    """A prompt (sample.py) or a text may hold <|endoftext|>: it is GPT-2's document separator, token 50256."""
+    pytest.importorskip("tiktoken")
+    encode, decode = get_tokenizer(GPT2_META)
+    ids = encode("a<|endoftext|>b")
+    assert ids.count(50256) == 1 and decode(ids) == "a<|endoftext|>b"
+
+
 def test_char_table_is_the_sorted_characters_and_their_count():
     assert char_table(["bca", "", "ab"]) == ("abc", 5)
-    assert "--tokenizer gpt2" in error_of(char_table, [chr(i) for i in range(2**16 + 1)])
+    every = "".join(map(chr, range(2**16)))  # a uint16 shard holds ids 0..65535: exactly 2**16 characters fit
+    assert char_table([every[::-1]]) == (every, 2**16)
+    assert error_of(char_table, [every, "\U00010000"]) == (
+        "error: the text has 65,537 distinct characters, more than a uint16 shard holds; use --tokenizer gpt2")
 
 
 def test_gpt2_is_padded_to_a_multiple_of_64_and_a_character_table_is_not():
@@ -157,7 +221,8 @@ def test_run_cli_passes_argv_and_turns_ctrl_c_into_one_line_and_status_130():
     done, said, plain = run("go", "--x=1"), run("stop", "kept 3 shards: the same command resumes"), run("stop")
     assert (done.returncode, done.stdout, done.stderr) == (0, "['go', '--x=1']\n", "")
     assert (said.returncode, said.stderr) == (130, "interrupted: kept 3 shards: the same command resumes\n")
-    assert plain.returncode == 130 and plain.stderr.startswith("interrupted: ") and plain.stderr.count("\n") == 1
+    assert (plain.returncode, plain.stderr) == (
+        130, "interrupted: stopped before the end; files are written whole or not at all\n")
 
 
 def test_an_unusable_out_dir_is_one_line_naming_the_setting_and_the_path(tmp_path, monkeypatch):
@@ -173,6 +238,6 @@ def test_an_unusable_out_dir_is_one_line_naming_the_setting_and_the_path(tmp_pat
 
     assert "cannot write there (No such file or directory)" in error_of(lock, "/proc/nope/x")  # root passes the check
     monkeypatch.setattr("os.access", lambda path, mode: False)  # as a user, not root, in a folder of root's
-    assert f"--out_dir {tmp_path}/x: no permission to write in {tmp_path}" in error_of(check_out_dir, tmp_path / "x",
-                                                                                       "--out_dir")
+    assert error_of(check_out_dir, tmp_path / "x", "--out_dir") == (
+        f"error: --out_dir {tmp_path}/x: no permission to write in {tmp_path}; choose a folder you can write in")
     assert [p.name for p in tmp_path.iterdir()] == ["f"]

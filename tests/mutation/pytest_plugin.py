@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,10 +30,6 @@ _spec = importlib.util.spec_from_file_location("normgpt_mutmut_hooks", HERE / "s
 hooks = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hooks)
 
-# pyarrow's jemalloc (imported through datasets and lm-eval's tasks when the fork server collects the tests)
-# starts a thread that purges memory in the background; a mutant forked while it holds one of jemalloc's locks
-# waited on it forever (a futex), which mutmut reported as a timeout's "segfault". Off, before pyarrow loads.
-os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
 hooks.follow_scripts()
 hooks.record_forked_children()
 os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -95,8 +92,21 @@ def quiet_while_compiling():
     trampoline.quiet_while_compiling = True
 
 
+def restore_signals():
+    """Python's own handlers in a test process. mutmut's fork server ignores SIGINT and answers SIGTERM by
+    SIGKILLing the mutants it runs; each mutant's process inherits both, and so do the workers of a
+    multiprocessing pool that a test forks (prepare_data's). The pool's terminate() sends its workers SIGTERM,
+    and they killed the other mutant running beside this one: exit -9, which mutmut reports as "segfault" (and
+    the idle workers stayed behind, waiting on their queue). In the fork server itself this runs first: mutmut
+    installs its handlers after collecting the tests."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
 def pytest_configure(config):
     global _seconds
+    restore_signals()
     conftest = sys.modules.get("conftest")
     if conftest is not None and not conftest.SHARED.is_dir() and SHARED.is_dir():
         conftest.SHARED = SHARED
