@@ -93,7 +93,7 @@ def check_names(argv):
     own = [name.removeprefix("bench_") for name in configurator.read_settings(__file__)]
     for arg in (arg for arg in argv if arg.startswith("--")):
         name = arg[2:].partition("=")[0]
-        if name in own or "bench_" + name in own or name in MEASURED:
+        if name in own or name in MEASURED:
             continue
         if name in configurator.read_settings(TRAIN):
             sys.exit(f"error: bench.py does not use {name} ({arg}): it measures one process's training step, "
@@ -262,7 +262,7 @@ def bench_data_loader(cfg, n_batches=200):
 
 
 def print_table(report):
-    print(f"{report['shape']} on {report['device']}, torch {torch.__version__}, {report['steps']} steps per mode, "
+    print(f"{report['shape']} on {report['device']}, torch {report['torch']}, {report['steps']} steps per mode, "
           f"{report['threads']} CPU threads")
     print(f"{'mode':<11} {'compile':<8} {'ms/step':>8} {'x pre':>6} {'tokens/s':>9} {'MFU':>6} "
           f"{'peak MB':>8} {'1st step s':>10}")

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -63,6 +64,54 @@ def test_every_derived_figure_is_its_raw_figures_divided_in_the_json_and_the_tab
         [row] = [cells for cells in table if cells[:2] == [r["mode"], "off"]]
         assert row[2:5] == [f"{r['step_ms']:.1f}", f"{r['step_ms'] / pre['step_ms']:.3f}",
                             f"{tokens / (r['step_ms'] / 1000):,.0f}"], r["mode"]
+
+
+def test_the_table_shows_each_figure_of_the_report_under_its_heading(capsys):
+    """The table a person reads: the setup line, a row per timed mode (compile on or off, MFU or '-' where
+    there is no peak), a row per sampled mode, the loader's line; each figure the report's, rounded."""
+    report = dict(shape="gpt2: 1 layers", device="cuda", steps=3, threads=2, torch="2.99",
+                  training=[dict(mode="pre", compile=True, step_ms=12.345, ratio_to_pre=1.0, tokens_per_s=12345.6,
+                                 mfu=0.4567, peak_mem_mb=1234.56, first_step_s=20.35),
+                            dict(mode="geonorm", compile=False, step_ms=13.04, ratio_to_pre=1.05631,
+                                 tokens_per_s=1000.4, mfu=None, peak_mem_mb=10.0, first_step_s=0.04)],
+                  sampling=[dict(mode="pre", tokens_per_s_cache=500.25, tokens_per_s_no_cache=100.05,
+                                 cache_speedup=5.0)],
+                  data_loader=dict(batches_per_s=1234.5, tokens_per_s=1234567.8))
+    bench.print_table(report)
+    assert capsys.readouterr().out == (
+        "gpt2: 1 layers on cuda, torch 2.99, 3 steps per mode, 2 CPU threads\n"
+        "mode        compile   ms/step  x pre  tokens/s    MFU  peak MB 1st step s\n"
+        "pre         on           12.3  1.000    12,346  45.7%   1234.6       20.4\n"
+        "geonorm     off          13.0  1.056     1,000      -     10.0        0.0\n"
+        "\n"
+        "mode        sample tok/s, cache  no cache  speedup\n"
+        "pre                       500.2     100.0     5.0x\n"
+        "\n"
+        "data loader: 1,234 batches/s (1,234,568 tokens/s)\n")
+
+
+def test_sampling_times_greedy_generation_from_one_prompt_with_and_without_the_cache_best_of_two(monkeypatch):
+    """Per mode, in eval mode: an 8-token prompt continued greedily (where the cache and the full recompute give
+    the same tokens) by sample_tokens, at most to block_size, cache and no cache taking turns twice; tokens/s
+    from each one's faster try."""
+    generated = []
+
+    def generate(self, idx, max_new_tokens, **kwargs):
+        generated.append((self.config.norm_mode, self.training, tuple(idx.shape), idx.dtype, max_new_tokens, kwargs))
+
+    monkeypatch.setattr(GPT, "generate", generate)
+    for sample_tokens, n_new in ((100, 24), (5, 5)):  # block_size 32: 24 tokens after the prompt
+        generated.clear()
+        times = iter([50.0, 200.0, 25.0, 400.0, 100.0, 300.0, 200.0, 150.0])  # slower than a token a second
+        monkeypatch.setattr(bench, "timed", lambda fn, device: fn() or next(times))
+        args, modes, cfg = bench.parse([*TINY, "--modes=geonorm", f"--sample_tokens={sample_tokens}"])
+        rows = bench.bench_sampling(modes, cfg, args)
+        assert [call[:5] for call in generated] == [(m, False, (1, 8), torch.long, n_new) for m in modes for _ in "1234"]
+        assert [call[5] for call in generated] == [dict(temperature=0, use_cache=c) for c in (True, False) * 4]
+        assert rows == [dict(mode="pre", tokens_per_s_cache=n_new / 25, tokens_per_s_no_cache=n_new / 200,
+                             cache_speedup=8.0),
+                        dict(mode="geonorm", tokens_per_s_cache=n_new / 100, tokens_per_s_no_cache=n_new / 150,
+                             cache_speedup=1.5)]
 
 
 def test_threads_sets_torchs_cpu_threads_for_every_step_and_the_report_says_how_many(monkeypatch, capsys):
@@ -147,6 +196,16 @@ def test_the_vocabulary_is_the_datasets_unless_given():
     assert bench.parse([])[0].vocab_size == 65  # pystdlib: characters
     assert bench.parse([os.path.join(ROOT, "configs", "geonorm_125m.py")])[0].vocab_size == 50304  # GPT-2, padded
     assert bench.parse(["--dataset=fineweb_edu", "--vocab_size=1000"])[0].vocab_size == 1000
+    assert bench.parse(["--dataset=my_own_folder"])[0].vocab_size == 65  # not a known dataset: characters
+
+
+def test_the_device_is_resolved_and_the_window_must_leave_room_after_the_prompt():
+    """device=auto is the machine's (the CPU here) before anything is built; sampling's 8-token prompt needs a
+    block_size of at least 9."""
+    assert bench.parse(["--device=auto"])[2].device == "cpu"
+    assert bench.parse(["--block_size=9"])[2].block_size == 9
+    assert error_of(bench.parse, ["--block_size=8"]) == (
+        "error: block_size=8 leaves no room to sample after the 8-token prompt: give at least 9")
 
 
 def test_each_modes_peak_memory_is_measured_with_only_its_own_model_alive(monkeypatch):
@@ -161,15 +220,98 @@ def test_each_modes_peak_memory_is_measured_with_only_its_own_model_alive(monkey
     assert alive == [1, 1, 1] and [r["mode"] for r in rows] == ["pre", "geonorm", "simplenorm"]
 
 
+def test_every_mode_steps_on_the_same_batch_of_the_configured_shape_in_the_configured_precision():
+    """A fair comparison: one fixed batch (inputs and their next tokens, batch_size x block_size) for every mode,
+    whatever its init drew; under dtype=bfloat16 each step's forward pass runs in bf16 autocast."""
+    args, modes, cfg = bench.parse([*TINY, "--dtype=bfloat16"])
+    runners = [bench.Runner(mode, cfg, 65, compiled=False) for mode in ("pre", "geonorm", "ngpt")]
+    for runner in runners:
+        assert runner.x.shape == runner.y.shape == (2, 32)
+        assert torch.equal(runner.x, runners[0].x) and torch.equal(runner.y, runners[0].y)
+        assert torch.equal(runner.x[:, 1:], runner.y[:, :-1]) and runner.x.max() < 65
+        with runner.ctx:
+            assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+
+
+def test_timed_is_the_clock_from_before_the_call_to_after_it(monkeypatch):
+    clock, calls = iter([100.0, 100.25]), []
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+    assert bench.timed(lambda: calls.append("ran"), "cpu") == 0.25 and calls == ["ran"]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_training_row_is_the_median_of_its_modes_timed_steps_with_peak_memory_and_mfu(monkeypatch, compiled):
+    """Each mode: its first (compiling) step's time, then the median of its timed steps, modes taking turns;
+    ratio to pre's median, tokens/s, MFU at the given peak FLOP/s, peak memory = the high-water mark after a
+    step less the resident memory before it, in MiB; every model compiled when compiling, none otherwise."""
+    times = {"pre": iter([9.0, 0.3, 0.1, 0.2]), "geonorm": iter([7.0, 0.6, 0.4, 0.8])}  # first, then 3 steps
+    steps, compiles = [], []
+    monkeypatch.setattr(bench, "timed", lambda fn, device: fn() or next(times[fn.__self__.model.config.norm_mode]))
+    monkeypatch.setattr(bench.Runner, "step", lambda self: steps.append(self.model.config.norm_mode))
+    monkeypatch.setattr(bench.torch, "compile", lambda model: compiles.append(model) or model)
+    monkeypatch.setattr(bench, "peak_rss_reset", lambda: None)
+    monkeypatch.setattr(bench, "rss_kib", lambda field: {"VmRSS": 2048, "VmHWM": 2048 + 1536}[field])
+    args, modes, cfg = bench.parse([*TINY, "--modes=geonorm", "--steps=3", "--peak_flops=1e9"])
+    rows = bench.bench_training(modes, cfg, args, compiled)
+    assert len(compiles) == (4 if compiled else 0)  # the memory pass's model and the timed one, each mode
+    assert steps[-6:] == ["pre", "geonorm", "geonorm", "pre", "pre", "geonorm"]  # who goes first rotates
+    for row, (mode, first, median) in zip(rows, [("pre", 9.0, 0.2), ("geonorm", 7.0, 0.6)]):
+        model = bench.Runner(mode, cfg, 65, compiled=False).model
+        assert row == dict(mode=mode, compile=compiled, step_ms=pytest.approx(1000 * median), ratio_to_pre=
+                           pytest.approx(median / 0.2), tokens_per_s=pytest.approx(2 * 32 / median),
+                           first_step_s=first, mfu=pytest.approx(model.estimate_mfu(2, median, 1e9)),
+                           peak_mem_mb=1.5)
+
+
+def test_the_loader_row_times_200_seeded_batches_from_a_10m_token_shard(monkeypatch):
+    """Batches as train.py draws them (get_batch, rng seeded by (seed, batch)) from one shard whose counted
+    tokens are the file's; batches/s and tokens/s from the clock around the 200 of them."""
+    import data
+    seen, clock = [], iter([50.0, 52.0])
+    real_get_batch, real_clock = data.get_batch, bench.time.perf_counter
+
+    def get_batch(shards, rng, cfg, device):
+        seen.append((data.read_shard(shards[0][0]).size, list(shards[1]), rng.bit_generator.state, device))
+        return real_get_batch(shards, rng, cfg, device)
+
+    monkeypatch.setattr(bench, "get_batch", get_batch)
+    args, modes, cfg = bench.parse([*TINY, "--seed=7"])
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock) if len(seen) in (0, 200) else real_clock())
+    row = bench.bench_data_loader(cfg)
+    assert len(seen) == 200 and all(s[:2] == (10_000_000, [10_000_000]) and s[3] == "cpu" for s in seen)
+    assert [s[2] for s in seen] == [np.random.default_rng((7, i)).bit_generator.state for i in range(200)]
+    assert row == dict(batches_per_s=100.0, tokens_per_s=100.0 * 2 * 32)
+
+
+def test_compile_chooses_the_training_rows_and_the_report_names_its_device_and_torch(monkeypatch, capsys):
+    """--compile=off: eager rows; on: compiled rows; both: the eager rows, then the compiled ones; --json prints
+    the report one value a line."""
+    monkeypatch.setattr(bench, "bench_training", lambda modes, cfg, args, compiled: [dict(mode=m, compile=compiled)
+                                                                                      for m in modes])
+    monkeypatch.setattr(bench, "bench_sampling", lambda modes, cfg, args: [])
+    monkeypatch.setattr(bench, "bench_data_loader", lambda cfg: {})
+    for compile, flags in (("off", [False] * 2), ("on", [True] * 2), ("both", [False] * 2 + [True] * 2)):
+        bench.main([*TINY, "--modes=geonorm", f"--compile={compile}", "--json"])
+        out = capsys.readouterr().out
+        report = json.loads(out)
+        assert '\n "device": "cpu",\n' in out  # one value a line: a report diffs as a person reads it
+        assert [r["compile"] for r in report["training"]] == flags
+        assert [r["mode"] for r in report["training"]] == ["pre", "geonorm"] * (len(flags) // 2)
+        assert (report["device"], report["torch"], report["steps"]) == ("cpu", torch.__version__, 10)
+
+
 def test_bench_reads_its_own_settings_beside_train_pys(capsys):
     args, modes, cfg = bench.parse(["--modes=simplenorm,simplenorm", "--compile=on", "--json", "--n_layer=2"])
     assert (modes, args.compile, args.json, cfg.n_layer, cfg.n_embd) == (["pre", "simplenorm"], "on", True, 2, 384)
     assert not any(name.startswith("bench_") for name in vars(cfg))  # train.py's settings only
     with pytest.raises(SystemExit, match="compile must be one of both, on, off, got 'sometimes'"):
         bench.parse(["--compile=sometimes"])
-    with pytest.raises(SystemExit) as exit:
-        bench.parse(["--help"])
-    assert exit.value.code == 0 and "\nbench_steps = 10  # timed steps per mode\n" in capsys.readouterr().out
+    for flag in ("--help", "-h"):
+        with pytest.raises(SystemExit) as exit:
+            bench.parse([flag])
+        out = capsys.readouterr().out
+        assert exit.value.code == 0 and "\nbench_steps = 10  # timed steps per mode\n" in out
+        assert "\ntrain.py's settings that bench.py measures, with train.py's defaults:\n" in out
 
 
 @pytest.mark.parametrize("parse", [ablate.configure, bench.parse])
@@ -185,6 +327,8 @@ def test_the_train_settings_passed_on_are_listed_guessed_and_the_rest_refused(pa
     passed = configurator.read_settings(bench.TRAIN)
     passed = passed if script == "ablate.py" else {k: v for k, v in passed.items() if k in bench.MEASURED}
     assert e.value.code == 0 and len(passed) > 30
+    if script == "bench.py":
+        assert "\ntrain.py's settings that bench.py measures, with train.py's defaults:\n" in listed
     assert all(f"\n{name} = " in listed or f"\n{name}: " in listed for name in passed)
     if script == "bench.py":
         assert "\nparallel = " not in listed and "\nout_dir = " not in listed
@@ -198,6 +342,12 @@ def test_the_train_settings_passed_on_are_listed_guessed_and_the_rest_refused(pa
                                         ("norm_mode", "pre"))}
     for arg, message in refused.items():
         assert message in error_of(parse, [arg]), arg
+    if script == "bench.py":
+        assert error_of(parse, ["--parallel=fsdp"]) == (
+            "error: bench.py does not use parallel (--parallel=fsdp): it measures one process's training step, "
+            "sampling and data loading; python bench.py --help lists the settings that shape them")
+        assert error_of(parse, ["--zzz=1"]) == ("error: unknown setting 'zzz' in --zzz=1: python bench.py --help "
+                                                "lists them all")
     if script == "bench.py":
         (tmp_path / "config.py").write_text("parallel = 'fsdp'\nmax_iters = 5\nn_layer = 2\n")
         assert parse([str(tmp_path / "config.py")])[2].n_layer == 2
