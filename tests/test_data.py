@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, error_of
+from conftest import ROOT, error_of, needs_gpt2
 from data import (GPT2_META, char_table, check_out_dir, first_line, get_batch, get_tokenizer, load_meta,
                   locked_folder, padded_vocab, read_shard, write_json, write_shard)
 
@@ -146,9 +146,9 @@ def test_char_tokenizer_names_the_characters_it_does_not_know():
     assert error_of(encode, "a€bé") == "error: characters not in this model's vocabulary: 'é', '€'"
 
 
+@needs_gpt2
 def test_gpt2_encodes_the_end_of_text_marker_as_its_token():
     """A prompt (sample.py) or a text may hold <|endoftext|>: it is GPT-2's document separator, token 50256."""
-    pytest.importorskip("tiktoken")
     encode, decode = get_tokenizer(GPT2_META)
     ids = encode("a<|endoftext|>b")
     assert ids.count(50256) == 1 and decode(ids) == "a<|endoftext|>b"
