@@ -98,7 +98,7 @@ class GPTAdapter(TemplateLM):
     def tok_decode(self, tokens, **kwargs):
         return self.decode(tokens)
 
-    def _loglikelihood_tokens(self, requests, disable_tqdm=False, **kwargs):
+    def _loglikelihood_tokens(self, requests, disable_tqdm, **kwargs):
         """[(log p(continuation | context), whether greedy decoding gives the continuation)] for requests of
         (strings, context ids, continuation ids). The context is cut from the left so that both fit the
         window; the longest come first, so that a batch pads little."""
@@ -147,10 +147,10 @@ class GPTAdapter(TemplateLM):
         for i, (text,) in enumerate(request.args for request in requests):
             for context, continuation in map(make_disjoint_window, get_rolling_token_windows(
                     self.tok_encode(text), self.start, self.model.config.block_size, context_len=1)):
-                windows.append(((text, ""), context, continuation))
+                windows.append((None, context, continuation))  # no cache key: nothing here caches
                 owners.append(i)
         totals = [0.0] * len(requests)
-        for i, (logp, _) in zip(owners, self._loglikelihood_tokens(windows)):
+        for i, (logp, _) in zip(owners, self._loglikelihood_tokens(windows, disable_tqdm)):
             totals[i] += logp
         return totals
 

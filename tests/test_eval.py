@@ -6,12 +6,15 @@ import math
 import statistics
 import shutil
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import ablate
 import checkpoint
@@ -137,24 +140,154 @@ def test_rolling_is_the_whole_text_loglikelihood_in_disjoint_windows(model_meta)
     assert rolled[1] == pytest.approx(want, rel=1e-5)
 
 
-def test_generate_until_is_greedy_generate_cut_at_the_first_stop_string(model_meta):
-    model, meta = model_meta
-    encode, decode = data.get_tokenizer(meta)
-    context = QUESTIONS[1]
-    greedy = decode(model.generate(torch.tensor([encode(context)]), 12, temperature=0)[0, -12:].tolist())
-    stop = greedy[7:9]
-    outs = adapter(model_meta).generate_until(requests(
-        "generate_until", (context, {"until": [stop], "max_gen_toks": 12}), (context, {"until": [], "max_gen_toks": 5})))
-    assert outs == [greedy[:greedy.index(stop)], greedy[:5]]
+@pytest.fixture(scope="module")
+def lively(model_meta):
+    """A model whose greedy text changes with its context and from one token to the next (the trained one's
+    is all spaces after 40 steps; a fresh one repeats a letter): a fresh GPT with its weights shaken."""
+    meta = model_meta[1]
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=len(meta["chars"]))).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    return model, meta
+
+
+def continuation(model, meta, ids, n, temperature=0.0):
+    """model.py's own generate: the n characters after ids."""
+    return data.get_tokenizer(meta)[1](model.generate(torch.tensor([ids]), n, temperature)[0, len(ids):].tolist())
+
+
+def test_generate_until_is_generate_cut_before_the_first_stop_string_in_every_form(lively):
+    model, meta = lively
+    encode = data.get_tokenizer(meta)[0]
+    context = QUESTIONS[1]  # 15 characters: with at most 17 new ones, the whole context is kept
+    greedy = continuation(model, meta, encode(context), 16)
+    first, later = greedy[6:8], greedy[12:14]
+    assert first not in greedy[:7] and later not in greedy[:13] and len(set(greedy)) > 8
+    asked = [{"until": [later, first], "max_gen_toks": 16},  # the earliest of several
+             {"until": later, "max_gen_toks": 16},  # one string, not in a list
+             {"until": [], "max_gen_toks": 9}, {"max_gen_toks": 9}, {"until": None, "max_gen_toks": 9}]
+    outs = adapter(lively).generate_until(requests("generate_until", *[(context, o) for o in asked]))
+    assert outs == [greedy[:6], greedy[:12], greedy[:9], greedy[:9], greedy[:9]]
+
+
+def test_generate_stops_at_the_vocabularys_end_of_text_token(lively):
+    model, meta = lively
+    encode = data.get_tokenizer(meta)[0]
+    greedy = continuation(model, meta, encode(QUESTIONS[0]), 16)
+    eot = greedy[8]  # a character table has none: one is given here, as GPT-2's <|endoftext|> is
+    with_eot = {**meta, "eot_token": encode(eot)[0]}
+    out, = adapter((model, with_eot)).generate_until(requests("generate_until", (QUESTIONS[0], {"max_gen_toks": 16})))
+    assert out == greedy[:greedy.index(eot)] and len(out) <= 8
+
+
+@pytest.mark.parametrize("max_gen_toks, kept", [(5, 27), (20, 12), (31, 1), (32, 1), (40, 1), (None, 1)])
+def test_generate_keeps_the_contexts_end_that_fits_one_window_with_the_new_tokens(lively, max_gen_toks, kept):
+    """block_size 32: the last 32 - max_gen_toks context tokens, at least one; max_gen_toks 256 by default."""
+    model, meta = lively
+    encode = data.get_tokenizer(meta)[0]
+    context = "\n".join(QUESTIONS)  # 113 characters
+    n = 256 if max_gen_toks is None else max_gen_toks
+    options = {"until": []} | ({} if max_gen_toks is None else {"max_gen_toks": max_gen_toks})
+    out, = adapter(lively).generate_until(requests("generate_until", (context, options)))
+    assert out == continuation(model, meta, encode(context)[-kept:], n) and len(out) == n
+    assert out != continuation(model, meta, encode(context)[-kept - 1:], n)  # the cut is seen
+
+
+def test_generate_from_an_empty_context_starts_at_the_start_token(lively):
+    model, meta = lively
+    out, = adapter(lively).generate_until(requests("generate_until", ("", {"max_gen_toks": 12})))
+    assert out == continuation(model, meta, data.get_tokenizer(meta)[0]("\n"), 12)
+
+
+@pytest.mark.parametrize("options, temperature", [({"do_sample": True, "temperature": 0.5}, 0.5),
+                                                  ({"do_sample": True}, 1.0),
+                                                  ({"do_sample": False, "temperature": 0.5}, 0.0),
+                                                  ({"temperature": 0.5}, 0.0)])
+def test_generate_samples_at_the_tasks_temperature_only_when_it_asks_to_sample(lively, options, temperature):
+    model, meta = lively
+    ids = data.get_tokenizer(meta)[0](QUESTIONS[2])
+    torch.manual_seed(7)
+    out, = adapter(lively).generate_until(requests("generate_until", (QUESTIONS[2], {"max_gen_toks": 12, **options})))
+    torch.manual_seed(7)
+    assert out == continuation(model, meta, ids, 12, temperature)  # 19 + 12 characters fit the window
+    for other in {0.0, 0.5, 1.0} - {temperature}:  # each temperature draws a text of its own
+        torch.manual_seed(7)
+        assert out != continuation(model, meta, ids, 12, other)
+
+
+def test_requests_are_scored_longest_first_in_batches_of_batch_size(model_meta, monkeypatch):
+    """Longest first, so that a batch pads little; the answers still come back in the requests' order."""
+    encode = data.get_tokenizer(model_meta[1])[0]
+    pairs = [(q, c) for q in QUESTIONS for c in (" I", " thee, my lord")]  # 12, the long continuations last
+    lm, batches = adapter(model_meta, batch_size=5), []
+    score = lm.score
+    monkeypatch.setattr(lm, "score", lambda windows: batches.append(windows) or score(windows))
+    got = lm.loglikelihood(requests("loglikelihood", *pairs))
+    lengths = [len(tokens) for batch in batches for tokens, _ in batch]
+    assert [len(batch) for batch in batches] == [5, 5, 2]
+    assert lengths == sorted((min(len(encode(q + c)), 33) for q, c in pairs), reverse=True)  # a window: 33
+    assert got == [adapter(model_meta).loglikelihood(requests("loglikelihood", pair))[0] for pair in pairs]
+
+
+def test_progress_bars_show_on_the_first_process_only(model_meta, capsys):
+    """A bar each for scoring (in batches) and generating, on rank 0 unless lm-eval turns it off."""
+    pair, question = (QUESTIONS[0], CHOICES[0]), (QUESTIONS[0], {"max_gen_toks": 2})
+    for rank, world, disable in [(0, 1, False), (0, 2, False), (1, 2, False), (2, 3, False), (0, 1, True)]:
+        lm = evaluation.GPTAdapter(*model_meta, "cpu", "float32", 8, rank, world)
+        off = {"disable_tqdm": True} if disable else {}  # lm-eval's default: shown
+        lm.loglikelihood(requests("loglikelihood", pair, pair), **off)
+        lm.loglikelihood_rolling(requests("loglikelihood_rolling", (QUESTIONS[1],)), **off)
+        lm.generate_until(requests("generate_until", question, question), **off)
+        err = capsys.readouterr().err
+        shown = rank == 0 and not disable
+        assert len(re.findall(r"scoring: 100%.* 1/1 \[.*(batch/s|s/batch)\]", err)) == 2 * shown, (rank, world, disable, err)
+        assert bool(re.search(r"generating: 100%.* 2/2 ", err)) == shown, (rank, world, disable, err)
+
+
+def test_all_gather_stacks_numbers_and_joins_tensors_along_their_first_axis(model_meta, tmp_path):
+    """lm-eval's collective (it gathers each process's count of requests): checked in a world of one process."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        lm = adapter(model_meta)
+        assert torch.equal(lm.all_gather(torch.tensor(7)), torch.tensor([7]))
+        assert torch.equal(lm.all_gather(torch.tensor([1, 2, 3])), torch.tensor([1, 2, 3]))
+        assert torch.equal(lm.all_gather(torch.ones(2, 3)), torch.ones(2, 3))
+        assert lm.gather_object({"a": 1}) == [{"a": 1}]
+    finally:
+        dist.destroy_process_group()
 
 
 def test_a_character_outside_the_table_is_one_line_saying_bpe_is_needed(model_meta):
-    with pytest.raises(SystemExit, match=r"^error: .*\('5', '€'\): downstream tasks need a BPE model"):
-        adapter(model_meta).loglikelihood(requests("loglikelihood", ("It costs 5", " €.")))
+    with pytest.raises(SystemExit, match=r"^error: the task has characters this character-level model lacks "
+                                         r"\('#', '1', '5', '@', '~'\): downstream tasks need a BPE model, "
+                                         r"trained on --tokenizer gpt2 data$"):  # the first five of six, sorted
+        adapter(model_meta).loglikelihood(requests("loglikelihood", ("It costs 5 € @ ~", " €€ #1.")))
+
+
+def test_a_character_table_without_a_newline_cannot_start_a_text(model_meta):
+    model, meta = model_meta
+    without = {**meta, "chars": [c for c in meta["chars"] if c != "\n"]}
+    with pytest.raises(SystemExit, match=r"^error: this character vocabulary has neither <\|endoftext\|> nor a "
+                                         r"newline to start a text after: the tasks need a BPE model "
+                                         r"\(--tokenizer gpt2 data\)$"):
+        adapter((model, without))
+
+
+def test_tokens_decode_to_the_text_they_encode(model_meta):
+    lm = adapter(model_meta)
+    assert lm.tok_decode(lm.tok_encode(QUESTIONS[4])) == QUESTIONS[4] and len(lm.tok_encode(QUESTIONS[4])) == 23
+
+
+def test_one_process_is_rank_0_of_a_world_of_1(model_meta):
+    lm = evaluation.GPTAdapter(*model_meta, "cpu", "float32", 8)
+    assert (lm.rank, lm.world_size) == (0, 1)
 
 
 def test_a_continuation_longer_than_block_size_is_one_line(model_meta):
-    with pytest.raises(SystemExit, match=r"^error: a continuation of 40 tokens does not fit .*block_size=32"):
+    with pytest.raises(SystemExit, match=r"^error: a continuation of 40 tokens does not fit this model's block_size=32: "
+                                         r"the task needs a model with a longer context$"):
         adapter(model_meta).loglikelihood(requests("loglikelihood", ("Thou", " " + "a" * 39)))
 
 
@@ -246,6 +379,19 @@ def test_eval_json_records_versions_shots_limit_and_settings(evaluated):
     assert evaluated["scores"]["tiny_mc"]["value"] == evaluated["results"]["tiny_mc"]["acc_norm,none"]
 
 
+@pytest.mark.parametrize("metrics, want", [
+    ({"alias": "mc", "acc,none": 0.25, "acc_stderr,none": 0.1, "acc_norm,none": 0.5, "acc_norm_stderr,none": 0.2},
+     ("acc_norm", 0.5, 0.2)),
+    ({"alias": "ll", "perplexity,none": 9.0, "perplexity_stderr,none": 1.5, "acc,none": 0.5, "acc_stderr,none": "N/A"},
+     ("acc", 0.5, None)),  # lm-eval writes N/A where it has no stderr
+    ({"alias": "roll", "word_perplexity_stderr,none": "N/A", "bits_per_byte_stderr,none": 0.25,
+      "bits_per_byte,none": 1.5}, ("bits_per_byte", 1.5, 0.25)),  # a stderr is never the headline, first or not
+    ({"alias": "empty", "acc_stderr,none": 0.5}, (None, None, None)),
+])
+def test_the_headline_is_acc_norm_else_acc_else_the_first_metric(metrics, want):
+    assert evaluation.headline(metrics) == want
+
+
 def test_limit_scores_only_the_first_examples(out_dir, tasks_dir, model_meta, ll_docs):
     report = evaluation.main([f"--out_dir={out_dir}", "--tasks=tiny_mc", f"--include_path={tasks_dir}",
                               "--limit=3", "--device=cpu"])
@@ -255,19 +401,39 @@ def test_limit_scores_only_the_first_examples(out_dir, tasks_dir, model_meta, ll
     assert metrics_of(report) == pytest.approx({k: v for k, v in want.items() if k[0] == "tiny_mc"})
 
 
+COUNTING_EVAL = """import os, sys
+sys.path.insert(0, os.getcwd())
+import data, eval as evaluation
+score = evaluation.GPTAdapter._loglikelihood_tokens
+
+def counted(self, requests, disable_tqdm, **kwargs):  # each process notes how many requests it scores
+    with open(os.path.join(sys.argv[-1], "scored-" + os.environ["RANK"]), "a") as f:
+        f.write(f"{len(requests)}\\n")
+    return score(self, requests, disable_tqdm, **kwargs)
+
+evaluation.GPTAdapter._loglikelihood_tokens = counted
+data.run_cli(lambda argv: evaluation.main(argv[:-1]))
+"""
+
+
 def test_two_torchrun_processes_share_the_examples_and_score_the_same(evaluated, out_dir, tasks_dir, tmp_path):
-    """lm-eval's rank/world_size protocol with gloo: each process scores every other example, the first
-    gathers the metrics."""
+    """lm-eval's rank/world_size protocol with gloo: each process scores half the requests (of 36: tiny_mc's
+    6 x 4 choices, tiny_ll's 6, tiny_roll's 6 texts of one window each), the first gathers the metrics."""
     shutil.copy(out_dir / "ckpt.pt", tmp_path / "ckpt.pt")
-    result = torchrun(["eval.py", f"--out_dir={tmp_path}", "--tasks=tiny_mc,tiny_ll,tiny_roll",
-                       f"--include_path={tasks_dir}", "--device=cpu"], timeout=600, cwd=ROOT)
+    (tmp_path / "counting_eval.py").write_text(COUNTING_EVAL)
+    result = torchrun([str(tmp_path / "counting_eval.py"), f"--out_dir={tmp_path}", "--tasks=tiny_mc,tiny_ll,tiny_roll",
+                       f"--include_path={tasks_dir}", "--device=cpu", str(tmp_path)], timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "eval.json").read_text())
     assert report["processes"] == 2 and metrics_of(report) == pytest.approx(metrics_of(evaluated))
+    scored = [sum(map(int, (tmp_path / f"scored-{rank}").read_text().split())) for rank in (0, 1)]
+    assert scored == [18, 18]
 
 
 def test_the_hub_out_of_reach_is_one_line_naming_include_path(out_dir, tasks_dir):
-    with pytest.raises(SystemExit, match=r"^error: .*no_such_dataset.*offline, .*--include_path=DIR"):
+    with pytest.raises(SystemExit, match=r"^error: task 'tiny_hub': .*no_such_dataset.*: offline, point a task YAML at "
+                                         r"local copies of the data and pass its folder as --include_path=DIR "
+                                         r"\(README: Evaluation\)$"):
         evaluation.main([f"--out_dir={out_dir}", "--tasks=tiny_hub", f"--include_path={tasks_dir}", "--device=cpu"])
 
 
@@ -319,6 +485,41 @@ def test_a_task_that_cannot_load_is_one_line_before_any_model_or_run(kind, tools
                          f"--eval_include_path={tmp_path / 'tasks'}"])
         assert str(e.value.code).startswith(f"error: the eval tasks: {message.removeprefix('error: ')}")
         assert str(e.value.code).endswith("(nothing has run)") and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--init_from=scratch"], "eval.py scores a trained model: init_from=resume (out_dir's checkpoint) or a GPT-2"),
+    (["--tasks=,"], "no tasks: give --tasks=hellaswag,piqa,... (lm-eval's names)"),
+    (["--batch_size=0"], "batch_size must be at least 1, got 0 in --batch_size=0"),  # eval.py's ranges
+    (["--include_path={tmp}/none"], "include_path={tmp}/none is not a folder of task YAMLs"),
+    (["--tasks=tiny_mcq", "--include_path={tasks}"], "unknown task 'tiny_mcq': did you mean 'tiny_mc'?"),
+    (["--tasks=zzqx", "--include_path={tasks}"],
+     "unknown task 'zzqx': `lm-eval ls tasks` lists lm-eval's own; add yours with --include_path=DIR"),
+])
+def test_settings_no_evaluation_can_use_are_one_line_before_any_model(args, message, tasks_dir, tmp_path):
+    fill = lambda text: text.format(tmp=tmp_path, tasks=tasks_dir)
+    got = error_of(evaluation.main, [f"--out_dir={tmp_path}", "--device=cpu", *map(fill, args)])
+    assert got == "error: " + fill(message) and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text, why", [
+    (b"task: x\n  dataset_path: [json\n", "mapping values are not allowed here, line 2"),
+    (b"task: caf\xe9\n", "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xe9 in position 9: invalid "
+                         "continuation byte"),  # no line mark: the error's first line
+])
+def test_a_task_file_that_does_not_read_is_named_with_why(text, why, tmp_path):
+    (tmp_path / "bad.yaml").write_bytes(text)
+    assert error_of(evaluation.check_task_files, tmp_path) == (f"error: {tmp_path / 'bad.yaml'} is not valid YAML "
+                                                             f"({why}): fix it, or move it out of {tmp_path}")
+
+
+def test_task_files_read_through_tags_lists_and_scalars(tmp_path):
+    """lm-eval's YAMLs tag Python functions (!function); a file may hold a list or a single value."""
+    (tmp_path / "tagged.yaml").write_text("task: t\nprocess_docs: !function utils.process\ninclude: base.yaml\n")
+    (tmp_path / "base.yaml").write_text("output_type: multiple_choice\n")
+    (tmp_path / "list.yaml").write_text("- include\n- nothing.yaml\n")
+    (tmp_path / "scalar.yaml").write_text("include\n")
+    assert evaluation.check_task_files(tmp_path) is None
 
 
 def test_the_dry_run_loads_the_tasks_and_writes_nothing(out_dir, tasks_dir, capsys):
@@ -395,8 +596,17 @@ def test_gpt2_converts_into_pre_mode_with_equal_logits(gpt2_dir):
 
 def test_eval_without_lm_eval_is_one_line(monkeypatch):
     monkeypatch.setattr(evaluation, "lm_eval", None)  # as if its import had failed
-    with pytest.raises(SystemExit, match=r"^error: eval.py scores with .*: pip install lm-eval$"):
+    with pytest.raises(SystemExit, match=r"^error: eval.py scores with EleutherAI's lm-evaluation-harness: "
+                                         r"pip install lm-eval$"):
         evaluation.main(["--tasks=hellaswag"])
+
+
+def test_a_gpt2_that_does_not_load_is_one_line(tasks_dir, tmp_path):
+    pytest.importorskip("transformers")
+    (tmp_path / "empty").mkdir()
+    message = error_of(evaluation.main, [f"--out_dir={tmp_path}", f"--init_from={tmp_path / 'empty'}", "--tasks=tiny_mc",
+                                         f"--include_path={tasks_dir}", "--device=cpu"])
+    assert message.startswith(f"error: cannot load GPT-2 {str(tmp_path / 'empty')!r} (") and "For a local copy" in message
 
 
 def test_train_refuses_to_fine_tune_gpt2_on_a_character_dataset(gpt2_dir, data_dir, tmp_path):
@@ -587,9 +797,10 @@ def test_each_setting_reaches_lm_eval_exactly_and_the_others_as_their_defaults(
         write_task(other, "tiny_mc", MC_DOCS[:2], **MC)
         expected |= dict(include_path=str(other), files={"tiny_mc": str(other / "tiny_mc.jsonl")})
         args[2] = f"--include_path={other}"
-    elif setting == "init_from":
-        folder = request.getfixturevalue("gpt2_dir")[0]
+    elif setting == "init_from":  # into a new folder, its parents made too
+        folder, run = request.getfixturevalue("gpt2_dir")[0], tmp_path / "gpt2" / "eval"
         expected |= dict(vocab_size=50257, tokenizer="gpt2")
+        args[0] = f"--out_dir={run}"
         args.append(f"--init_from={folder}")
     elif setting is None:  # nothing given: lm-eval's own six tasks (a fake manager: offline, and no indexing)
         class DefaultTasks:
@@ -637,8 +848,10 @@ def test_eval_json_and_the_table_are_exactly_what_lm_eval_returned(lm_eval_spy, 
     run.mkdir()
     shutil.copy(out_dir / "ckpt.pt", run / "ckpt.pt")
     capsys.readouterr()
+    t0 = time.time()
     report = evaluation.main([f"--out_dir={run}", "--tasks=tiny_mc,tiny_ll,tiny_roll", f"--include_path={tasks_dir}",
                               "--limit=4", "--device=cpu"])
+    took = time.time() - t0
     out = capsys.readouterr().out
     assert json.loads((run / "eval.json").read_text()) == json.loads(json.dumps(report))
     assert report["scores"] == {"tiny_mc": dict(metric="acc_norm", value=0.6875, stderr=0.1875),
@@ -654,5 +867,5 @@ def test_eval_json_and_the_table_are_exactly_what_lm_eval_returned(lm_eval_spy, 
                                       limit=4, num_fewshot=None, batch_size=16, include_path=str(tasks_dir),
                                       seed=1234, device="cpu", dtype="auto", dry_run=False)
     assert set(report) == {"scores", "results", "versions", "n_shot", "n_samples", "lm_eval_version", "settings",
-                           "processes", "model", "seconds"} and report["seconds"] >= 0
+                           "processes", "model", "seconds"} and 0 <= report["seconds"] <= took
     assert out == lm_eval.utils.make_table(json.loads(json.dumps(FAKE_RESULTS))) + f"\nwrote {run / 'eval.json'}\n"
