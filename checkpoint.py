@@ -330,13 +330,15 @@ def provenance():
 
 def read_log(folder):
     """A run's status, eval curve, layer stats and results, from its log.jsonl. Status: finished, diverged
-    (a non-finite loss, in training or at the last evaluation), interrupted, or failed (no end line: crashed).
+    (a non-finite loss, in training or at the last evaluation), interrupted, failed (no end line: crashed), or
+    not run (neither log.jsonl nor train.log: a run of a sweep not reached yet).
     Results come from the events, not the end line: after a resume that line covers only the resumed part."""
     events = read_events(folder / "log.jsonl")
     end = events[-1] if events and events[-1]["event"] == "end" else None
     evals = [(e["iter"], e["val_loss"]) for e in events if e["event"] == "eval"]
     speeds = [e["tokens_per_s"] for e in events if e["event"] == "train" and e["tokens_per_s"]]  # None: untimed
-    status = end["status"] if end else "failed"
+    started = (folder / "log.jsonl").exists() or (folder / "train.log").exists()
+    status = end["status"] if end else "failed" if started else "not run"
     if status == "finished" and evals and not math.isfinite(evals[-1][1]):
         status = "diverged"  # a finite training loss, but not the evaluation's
     timing = folder / "seconds.json"  # train.py's wall time in all sittings, kept by execute

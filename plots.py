@@ -258,6 +258,12 @@ def gap_cell(gap, seeds):
     return f"{gap['mean']:+.4f}{spread}" + (f" ({gap['seeds']})" if gap["seeds"] > 1 or gap["seeds"] != seeds else "")
 
 
+def no_result(g):
+    """What a group with no finished run shows in a table: the gravest of its runs' statuses."""
+    statuses = {r["status"] for r in g["runs"]}
+    return "diverged" if g["diverged"] else next((s for s in ("failed", "interrupted") if s in statuses), "not run")
+
+
 def table(groups):
     """results.md's table: a row per group, its settings the entry's own and its sweep point, its time the wall
     time of one run (mean over seeds); a column per eval task, headed by the metric that sums it up."""
@@ -267,7 +273,7 @@ def table(groups):
             "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(metrics)]
     for g in groups:
         seeds, (mean, std) = g["finished"] + g["diverged"], g["final_val_loss"] or (None, None)
-        final = (("diverged" if g["diverged"] else "failed") if mean is None
+        final = (no_result(g) if mean is None
                  else f"{mean:.4f}" + (f" ± {std:.4f}" if g["finished"] > 1 else ""))
         best = "—" if g["best_val_loss"] is None else f"{g['best_val_loss']:.4f}"
         diverged = f"{g['diverged']}/{seeds}" if g["diverged"] else "no"
@@ -306,7 +312,7 @@ def size_table(groups, plan, key):
             mean, std = g and g["final_val_loss"] or (None, None)
             diverged = f"{g['diverged']} diverged" if g and g["diverged"] else ""
             count = ", ".join(filter(None, [f"{g['finished']}" * (g["finished"] > 1 or bool(diverged)), diverged]))
-            cells.append("—" if g is None else ("diverged" if g["diverged"] else "failed") if mean is None
+            cells.append("—" if g is None else no_result(g) if mean is None
                          else f"{mean:.4f}" + f" ± {std:.4f}" * (g["finished"] > 1) + f" ({count})" * bool(count))
         rows.append(f"| {family} | " + " | ".join(cells) + " |")
     runs = {v: [r for g in groups if g["sweep"].get(key) == v for r in g["runs"]
