@@ -41,7 +41,7 @@ from pathlib import Path
 import checkpoint
 import configurator
 from checkpoint import evaluated, read_log
-from plots import entry_of, plot_all, results_text, summarize, table, varies
+from plots import entry_of, plot_all, results_text, size_key, size_table, summarize, table, varies
 from data import atomic_write, print_help, run_cli
 
 # settings: the assignments between the two rulers, read by configurator.py (python ablate.py --help);
@@ -296,7 +296,9 @@ def draw_figures(runs, plan, root):
     folder = Path(plan["figures"])
     folder.mkdir(parents=True, exist_ok=True)
     pngs = plot_all(groups, plan, folder)
-    print(f"{table(groups)}\n\nwrote {', '.join(pngs)} in {folder}")
+    key = size_key(plan)
+    sized = f"\n\n{size_table(groups, plan, key)}" if key else ""  # final val loss per mode and size
+    print(f"{table(groups)}{sized}\n\nwrote {', '.join(pngs)} in {folder}")
     if unfinished := [r["name"] for g in groups for r in g["runs"] if r["status"] not in ("finished", "diverged")]:
         print(f"note: {len(unfinished)} of {len(runs)} runs have not finished, and the figures leave them out: "
               f"{', '.join(unfinished)}", file=sys.stderr)

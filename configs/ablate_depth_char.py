@@ -1,7 +1,7 @@
 """The depth ladder: the lab (eleven modes, Peri-LN, DyT) at 2, 4, 8 and 16 blocks on tiny Shakespeare by characters.
     python prepare_data.py shakespeare_char --input input.txt
     python ablate.py configs/ablate_depth_char.py                   # about 4.5 hours on 2 cores; again to resume
-    python ablate.py configs/ablate_depth_char.py --figures=DIR     # the figures of the runs finished so far
+    python ablate.py configs/ablate_depth_char.py --figures=DIR     # the tables and figures of the runs finished so far
 Results and plots: out/ablate_depth_char/ablate/results.md. The finished runs' logs (config.json, log.jsonl,
 seconds.json; no checkpoints) are kept in docs/depth_char/runs/ablate, from the sittings so far:
     cp -r docs/depth_char/runs/ablate out/ablate_depth_char/   # a new sitting skips them

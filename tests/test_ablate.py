@@ -594,6 +594,8 @@ def test_a_size_sweeps_figures_are_redrawn_from_its_finished_runs(ladder, tmp_pa
     before = mtimes(root)
     printed = ablate_main(*args, f"--figures={tmp_path}")
     assert mtimes(root) == before and "wrote size.png, params.png, val_loss_n_layer1.png" in printed
+    sized = "| mode | n_layer 1 |" + (root / "results.md").read_text().split("| mode | n_layer 1 |")[1].split("\n\n")[0]
+    assert "\n" + sized + "\n\nwrote" in printed  # results.md's loss per mode and depth, printed too
     assert sorted(drawn) == sorted(SIZE_PLOTS) == sorted(p.name for p in tmp_path.iterdir())
     title, colors = drawn["size.png"]
     assert title.startswith("Final validation loss against depth") and "blocks 1–2 × 32" in title
