@@ -83,14 +83,16 @@ def verify(path):
     try:
         record = json.loads(record_path.read_text())
         saved = {name: [entry, record.get("previous", {}).get(name)] for name, entry in record["files"].items()}
-    except (ValueError, KeyError, AttributeError) as e:
+        sizes = {name: [entry["bytes"] for entry in entries if entry is not None]
+                 for name, entries in saved.items()}
+    except (ValueError, KeyError, AttributeError, TypeError) as e:  # not JSON, or not its shape
         sys.exit(f"error: {record_path} is not a checksum record ({first_line(e)}): {fix}")
     files = {name: (path if name == path.name else path / name) for name in saved}
     for name, file in files.items():  # sizes first: a missing or cut file is named before anything is read
         if not file.exists():
             sys.exit(f"error: {file} is missing from the checkpoint ({record_path.name} lists it): {fix}")
-        if file.stat().st_size not in [v["bytes"] for v in saved[name] if v]:
-            sys.exit(f"error: {file} has {file.stat().st_size} bytes, {saved[name][0]['bytes']} when saved: "
+        if file.stat().st_size not in sizes[name]:
+            sys.exit(f"error: {file} has {file.stat().st_size} bytes, {sizes[name][0]} when saved: "
                      f"it is cut short or damaged; {fix}")
     for name, now in checksums(list(files.values())).items():
         if now not in saved[name]:

@@ -242,7 +242,8 @@ def test_progress_bars_show_on_the_first_process_only(model_meta, capsys):
         lm.generate_until(requests("generate_until", question, question), **off)
         err = capsys.readouterr().err
         shown = rank == 0 and not disable
-        assert len(re.findall(r"scoring: 100%.* 1/1 \[.*(batch/s|s/batch)\]", err)) == 2 * shown, (rank, world, disable, err)
+        scoring = re.findall(r"scoring: 100%.* 1/1 \[.*(batch/s|s/batch)\]", err)
+        assert len(scoring) == 2 * shown, (rank, world, disable, err)
         assert bool(re.search(r"generating: 100%.* 2/2 ", err)) == shown, (rank, world, disable, err)
 
 
@@ -604,9 +605,10 @@ def test_eval_without_lm_eval_is_one_line(monkeypatch):
 def test_a_gpt2_that_does_not_load_is_one_line(tasks_dir, tmp_path):
     pytest.importorskip("transformers")
     (tmp_path / "empty").mkdir()
-    message = error_of(evaluation.main, [f"--out_dir={tmp_path}", f"--init_from={tmp_path / 'empty'}", "--tasks=tiny_mc",
-                                         f"--include_path={tasks_dir}", "--device=cpu"])
-    assert message.startswith(f"error: cannot load GPT-2 {str(tmp_path / 'empty')!r} (") and "For a local copy" in message
+    message = error_of(evaluation.main, [f"--out_dir={tmp_path}", f"--init_from={tmp_path / 'empty'}",
+                                         "--tasks=tiny_mc", f"--include_path={tasks_dir}", "--device=cpu"])
+    assert message.startswith(f"error: cannot load GPT-2 {str(tmp_path / 'empty')!r} (")
+    assert "For a local copy" in message
 
 
 def test_train_refuses_to_fine_tune_gpt2_on_a_character_dataset(gpt2_dir, data_dir, tmp_path):
