@@ -15,7 +15,6 @@ import matplotlib.image
 import pytest
 
 import ablate
-import checkpoint
 import configurator
 import plots
 from configurator import ENTRIES, PRESETS
@@ -107,19 +106,8 @@ def test_the_gap_to_pre_pairs_seeds_and_takes_pre_at_the_base_lr_for_a_tripled_s
     assert plots.gap_to_pre(wide, pre + [wide], plan) is None and plots.gap_to_pre(pre[0], pre, plan) is None
 
 
-def test_a_run_not_started_reads_as_not_run_and_one_that_stopped_short_as_failed(tmp_path):
+def test_a_group_with_no_finished_run_shows_its_gravest_status():
     """A sweep drawn half-way (--figures) tables the runs it has not reached as "not run", not as failures."""
-    folders = {name: tmp_path / name for name in ("empty", "crashed", "cut", "interrupted")}
-    for folder in folders.values():
-        folder.mkdir()
-    (folders["crashed"] / "train.log").write_text("Traceback (most recent call last):\n")
-    first = json.dumps(dict(event="eval", iter=0, train_loss=4.0, val_loss=4.0, lr=0.0)) + "\n"
-    (folders["cut"] / "log.jsonl").write_text(first)
-    (folders["interrupted"] / "log.jsonl").write_text(first + json.dumps(dict(event="end", status="interrupted",
-                                                                              iter=0)) + "\n")
-    statuses = {name: checkpoint.read_log(folder)["status"] for name, folder in folders.items()}
-    assert statuses == dict(empty="not run", crashed="failed", cut="failed", interrupted="interrupted")
-    assert checkpoint.read_log(tmp_path / "no_folder")["status"] == "not run"
     group = lambda *statuses: dict(runs=[dict(status=s) for s in statuses], diverged=statuses.count("diverged"))
     shown = [plots.no_result(group(*s)) for s in [("not run", "not run"), ("failed", "interrupted"),
                                                    ("not run", "interrupted"), ("failed", "diverged")]]

@@ -4,13 +4,17 @@ and a run's log as ablate.py reads it. The whole save → kill → load path is 
 import json
 import math
 import os
+import subprocess
+import sys
 import zlib
 from types import SimpleNamespace
 
+import numpy
 import pytest
+import torch
 
 import checkpoint
-from conftest import error_of
+from conftest import ROOT, error_of
 
 
 def touch(path, mtime, text="x"):
@@ -89,6 +93,18 @@ def test_a_checkpoint_matches_its_record_or_the_previous_file_it_replaced(tmp_pa
         assert message.endswith(f"): {fix}")
 
 
+def test_a_sharded_checkpoint_is_checked_file_by_file_in_its_folder(tmp_path):
+    folder = tmp_path / "ckpt-5"
+    folder.mkdir()
+    for name in ("__0_0.distcp", ".metadata", "run.json"):
+        (folder / name).write_text(name * 3)
+    record = dict(files=checkpoint.checksums(sorted(folder.iterdir())))
+    checkpoint.sums_path(folder).write_text(json.dumps(record))
+    assert checkpoint.verify(folder) is True
+    (folder / ".metadata").write_text(".metadatA" * 3)
+    assert error_of(checkpoint.verify, folder).startswith(f"error: {folder / '.metadata'} is damaged: ")
+
+
 def test_the_prefixes_of_compile_and_ddp_are_taken_off_the_front_of_each_key_only():
     weights = {"_orig_mod.module._orig_mod.h.0.w": 1, "module.wte": 2, "lm_head": 3, "h.module.w": 4,
                "_orig_mod.h._orig_mod.b": 5}
@@ -132,6 +148,7 @@ EVAL = dict(event="eval", iter=100, val_loss=2.0)
     (100, [END, EVAL], True, False),  # the end is not the last event
     (100, [EVAL, END], False, False),  # its evaluation was skipped by a stop: the resume makes it up
     (100, [EVAL, END], None, True),  # an older checkpoint's step was evaluated
+    (100, [END, EVAL, END], True, True),  # only the last event counts
     (101, [EVAL, END], True, False),
 ])
 def test_a_resume_with_nothing_to_train_evaluate_or_record_is_one_line(tmp_path, max_iters, events, evaluated,
@@ -204,6 +221,22 @@ def test_a_runs_log_read_as_ablate_reads_it(tmp_path):
                                                  final_val_loss=None, best_val_loss=None, tokens_per_s=None)
 
 
+def test_a_run_not_started_reads_as_not_run_and_one_that_stopped_short_as_failed(tmp_path):
+    folders = {name: tmp_path / name for name in ("empty", "crashed", "cut", "interrupted", "logged")}
+    for folder in folders.values():
+        folder.mkdir()
+    (folders["crashed"] / "train.log").write_text("Traceback (most recent call last):\n")
+    first = json.dumps(dict(event="eval", iter=0, train_loss=4.0, val_loss=4.0, lr=0.0)) + "\n"
+    (folders["cut"] / "log.jsonl").write_text(first)
+    (folders["interrupted"] / "log.jsonl").write_text(first + json.dumps(dict(event="end", status="interrupted",
+                                                                              iter=0)) + "\n")
+    (folders["logged"] / "log.jsonl").write_text("")  # started, and crashed before its first line
+    statuses = {name: checkpoint.read_log(folder)["status"] for name, folder in folders.items()}
+    assert statuses == dict(empty="not run", crashed="failed", cut="failed", interrupted="interrupted",
+                            logged="failed")
+    assert checkpoint.read_log(tmp_path / "no_folder")["status"] == "not run"
+
+
 def test_a_log_line_cut_short_by_a_crash_is_left_out_and_trimming_keeps_each_step_once(tmp_path):
     write_log(tmp_path, [dict(event="eval", iter=0), dict(event="train", iter=5), dict(event="eval", iter=10),
                          dict(event="end", status="interrupted", iter=10), dict(event="train", iter=15)])
@@ -225,9 +258,15 @@ def test_a_run_is_evaluated_when_its_eval_json_has_the_tasks_and_limit_asked_for
     assert not checkpoint.evaluated(tmp_path, asked | dict(tasks="hellaswag"))
 
 
-def test_the_provenance_names_this_checkouts_revision_and_the_libraries(tmp_path):
-    import numpy, torch, sys
+def test_the_provenance_names_the_code_s_revision_wherever_it_runs_and_the_libraries(tmp_path, monkeypatch):
+    revision = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip() or None  # None outside a git checkout
+    monkeypatch.chdir(tmp_path)  # run from elsewhere: the revision is the code's, not the working folder's
     p = checkpoint.provenance()
-    assert (p["python"], p["torch"], p["numpy"], p["cuda"]) == (sys.version.split()[0], torch.__version__,
-                                                              numpy.__version__, torch.version.cuda)
-    assert p["git"] is None or len(p["git"].removesuffix("-dirty")) >= 7
+    assert p == dict(git=revision, python=sys.version.split()[0], torch=torch.__version__,
+                     numpy=numpy.__version__, cuda=torch.version.cuda)
+
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+    monkeypatch.setattr(subprocess, "run", no_git)
+    assert checkpoint.provenance()["git"] is None
