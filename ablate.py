@@ -296,8 +296,7 @@ def draw_figures(runs, plan, root):
     folder = Path(plan["figures"])
     folder.mkdir(parents=True, exist_ok=True)
     pngs = plot_all(groups, plan, folder)
-    key = size_key(plan)
-    sized = f"\n\n{size_table(groups, plan, key)}" if key else ""  # final val loss per mode and size
+    sized = f"\n\n{size_table(groups, plan, key)}" if (key := size_key(plan)) else ""  # loss per mode and size
     print(f"{table(groups)}{sized}\n\nwrote {', '.join(pngs)} in {folder}")
     if unfinished := [r["name"] for g in groups for r in g["runs"] if r["status"] not in ("finished", "diverged")]:
         print(f"note: {len(unfinished)} of {len(runs)} runs have not finished, and the figures leave them out: "
