@@ -308,12 +308,13 @@ def size_table(groups, plan, key):
     for family, at in by_size(groups, plan, key).items():
         cells = []
         for v in sizes:
-            g = at.get(v)
-            mean, std = g and g["final_val_loss"] or (None, None)
-            diverged = f"{g['diverged']} diverged" if g and g["diverged"] else ""
+            if (g := at.get(v)) is None or g["final_val_loss"] is None:  # a size this family lacks, or no result
+                cells.append("—" if g is None else no_result(g))
+                continue
+            mean, std = g["final_val_loss"]
+            diverged = f"{g['diverged']} diverged" if g["diverged"] else ""
             count = ", ".join(filter(None, [f"{g['finished']}" * (g["finished"] > 1 or bool(diverged)), diverged]))
-            cells.append("—" if g is None else no_result(g) if mean is None
-                         else f"{mean:.4f}" + f" ± {std:.4f}" * (g["finished"] > 1) + f" ({count})" * bool(count))
+            cells.append(f"{mean:.4f}" + f" ± {std:.4f}" * (g["finished"] > 1) + f" ({count})" * bool(count))
         rows.append(f"| {family} | " + " | ".join(cells) + " |")
     runs = {v: [r for g in groups if g["sweep"].get(key) == v for r in g["runs"]
                 if r["seconds"] and r["status"] == "finished"] for v in sizes}

@@ -102,3 +102,12 @@ def test_the_depth_ladder_is_the_lab_at_four_depths_one_token_budget_and_three_s
     assert {r["seed"] for r in runs if r["sweep"]["n_layer"] < 16} == {1}
     budget = {tuple(r["settings"].get(k, b[k]) for k in ("max_iters", "batch_size", "block_size")) for r in runs}
     assert budget == {(2000, 16, 64)}  # one token budget at every depth: the lab's
+
+
+def test_the_llama_depth_ladder_is_the_gpt2_ladder_on_the_llama_block_for_the_modes_that_lead_and_trail():
+    llama, gpt2 = (ablate.configure([str(ROOT / "configs" / name)])
+                   for name in ("ablate_depth_llama_char.py", "ablate_depth_char.py"))
+    assert {k for k in llama["base"] if llama["base"][k] != gpt2["base"][k]} == {"arch", "multiple_of", "out_dir"}
+    assert llama["base"]["arch"] == "llama" and (llama["sweep"], llama["entry"]) == (gpt2["sweep"], gpt2["entry"])
+    assert llama["modes"] == ["pre", "post", "hybrid", "reorder", "dyt", "simplenorm"] and llama["seeds"] == [1]
+    assert len(ablate.plan_runs(llama, ROOT / "out")) == 6 * 4
