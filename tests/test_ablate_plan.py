@@ -326,8 +326,6 @@ def test_figures_of_a_size_sweep_print_its_size_table_into_a_folder_made_with_it
     assert sorted(p.name for p in folder.iterdir()) == sorted(printed.split("wrote ")[1].split(" in ")[0].split(", "))
 
 
-
-
 # ------------------------------------------------------------------------- main, with stand-ins for the runs
 
 FAKE_PYTHON = '''#!{python}
@@ -411,14 +409,14 @@ def test_each_run_is_checked_then_trained_once_with_its_settings_and_the_results
     printed, runs = main("--modes=pre,geonorm", "--seeds=1,2", "--jobs=2")
     made = calls()
     settings = {r["name"]: {k: str(v) for k, v in r["settings"].items()} for r in runs}
-    checks, trained = made[:4], made[4:]
+    checks, ran = made[:4], made[4:]
     assert sorted(c["args"]["seed"] + c["args"]["norm_mode"] for c in checks) == ["1geonorm", "1pre", "2geonorm",
                                                                                 "2pre"]
     for call in checks:  # train.py --dry_run, as one of 1 process
         name = Path(call["args"]["out_dir"]).name
         assert call["args"] == settings[name] | {"dry_run": "True"} and call["world"] == "1", name
-    assert sorted(Path(c["args"]["out_dir"]).name for c in trained) == sorted(settings)
-    for call in trained:
+    assert sorted(Path(c["args"]["out_dir"]).name for c in ran) == sorted(settings)
+    for call in ran:
         assert call["args"] == settings[Path(call["args"]["out_dir"]).name] and call["script"] == "train.py"
         assert call["launcher"] == [] and call["threads"] == "4" and call["world"] is None  # 8 CPUs, 2 jobs
     root = tmp_path / "out" / "ablate"
@@ -429,8 +427,7 @@ def test_each_run_is_checked_then_trained_once_with_its_settings_and_the_results
     for line, (name, expected) in zip(progress, sorted(settings.items())):
         loss = 2.0 + int(expected["seed"]) / 100 + len(expected["norm_mode"]) / 1000  # as the stand-in's
         assert re.fullmatch(rf"\[\d/4\] {name}: ran, \d+ s, val loss {loss:.4f}", line), line
-    plan = ablate.configure([a for a in ("--modes=pre,geonorm", "--seeds=1,2", "--jobs=2")] +
-                            [f"--out_dir={tmp_path / 'out'}", f"--data_dir={tmp_path / 'data'}"])
+    plan = ablate.configure(["--modes=pre,geonorm", "--seeds=1,2", "--jobs=2", f"--out_dir={tmp_path / 'out'}"])
     text = (root / "results.md").read_text()
     assert printed.endswith(text + "\n") and "Lowest final val loss first: pre_lr0.001 " in text
     saved = json.loads((root / "results.json").read_text())
