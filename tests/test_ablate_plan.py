@@ -21,6 +21,7 @@ import configurator
 import plots
 from conftest import ROOT, error_of
 from model import NORM_MODES
+from test_plots import write_run
 
 TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
         "--eval_iters=2", "--eval_interval=5", "--log_interval=5", "--warmup_iters=2", "--max_iters=10",
@@ -224,19 +225,11 @@ def test_the_llama_char_ablation_is_the_gpt2_one_on_the_llama_block():
 
 def fake_run(folder, seed, status="finished", n_layer=2):
     """A run's log.jsonl as train.py writes it, without training: evaluations at 0, 5 and 10 (a diverged run
-    stops after 5) with layer stats, a train line and the end line."""
-    folder.mkdir(parents=True)
+    stops after 5) with layer stats."""
     steps = [0, 5] if status == "diverged" else [0, 5, 10]
-    events = []
-    for step in steps:
-        loss = 4.2 - 0.1 * step - 0.01 * seed
-        events += [dict(event="eval", iter=step, train_loss=loss, val_loss=loss, lr=1e-3),
-                   dict(event="layer_stats", iter=step, grad_norm=[0.01 * seed] * n_layer, resid_rms=[1.0] * n_layer,
-                        angle=[0.5] * n_layer)]
-    events.append(dict(event="train", iter=5, train_loss=3.7, tokens_per_s=1000.0))
-    if status != "interrupted":
-        events.append(dict(event="end", status=status, iter=steps[-1]))
-    (folder / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    write_run(folder, [(step, 4.2 - 0.1 * step - 0.01 * seed) for step in steps], status,
+              stats={step: dict(grad_norm=[0.01 * seed] * n_layer, resid_rms=[1.0] * n_layer, angle=[0.5] * n_layer)
+                     for step in steps})
 
 
 @pytest.fixture
@@ -369,9 +362,7 @@ sys.exit(1 if args["seed"] == "13" else 0)
 
 def trained(command, log, env):
     """ablate.run_logged's stand-in: a run of command that finishes at once."""
-    out = Path(next(a for a in command if a.startswith("--out_dir="))[len("--out_dir="):])
-    events = [dict(event="eval", iter=10, val_loss=2.0), dict(event="end", status="finished", iter=10)]
-    (out / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    write_run(Path(next(a for a in command if a.startswith("--out_dir="))[len("--out_dir="):]), [(10, 2.0)])
     return 0
 
 

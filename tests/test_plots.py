@@ -37,7 +37,7 @@ def write_run(folder, evals, status="finished", speeds=(1000.0,), seconds=None, 
     """A run's files as train.py, ablate.py and eval.py write them: evals [(step, val loss)], a train line per
     speed (None: untimed), layer stats {step: {key: per block}}, an end line unless status is 'failed',
     seconds.json if seconds, eval.json of tasks and limit if scores."""
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     events = []
     for step, loss in evals:
         events.append(dict(event="eval", iter=step, train_loss=loss, val_loss=loss, lr=1e-3))
