@@ -113,7 +113,7 @@ def configure(argv):
         key, _, values = arg.removeprefix("--sweep=").partition("=")
         own["ablate_sweep"] = own["ablate_sweep"] | {
             key: [configurator.parse_arg(f"--{key}={v}", settings)[key] for v in values.split(",")]}
-    if swept := set(own["ablate_sweep"]) & set(PER_RUN):
+    if swept := sorted(set(own["ablate_sweep"]) & set(PER_RUN)):
         sys.exit(f"error: ablate.py sets {', '.join(swept)} per run: use --modes, --lrs or --seeds, not --sweep")
     unique = lambda values: list(dict.fromkeys(values))  # in order, each once: a repeated value would run twice
     sweep = {k: unique(configurator.checked(k, v, settings, "the sweep") for v in vs)
@@ -153,7 +153,7 @@ def check_entries(entries, settings):
 def check_sweep(sweep, modes, given, entry):
     """Each sweep key varies some entry, and none overrides what makes a preset (norm_type under dyt)."""
     for key in sweep:
-        if not any(varies(key, mode, entry_of(mode, given, entry)) for mode in modes):
+        if not any(varies(key, entry_of(mode, given, entry)) for mode in modes):
             sys.exit(f"error: --sweep={key}=... varies none of the modes {', '.join(modes)}: add the mode it "
                      f"belongs to (--modes)")
         if presets := [m for m in modes if key in configurator.PRESETS.get(m, {})]:
@@ -181,7 +181,7 @@ def plan_runs(plan, root):
     ratio, seeds_at, runs = plan["base"]["min_lr"] / plan["base"]["learning_rate"], plan["seeds_at"].items(), []
     for seed, mode in itertools.product(plan["seeds"], plan["modes"]):
         own = plan["entry"].get(mode, {})
-        keys = [k for k in plan["sweep"] if varies(k, mode, entry_of(mode, plan["given"], plan["entry"]))]
+        keys = [k for k in plan["sweep"] if varies(k, entry_of(mode, plan["given"], plan["entry"]))]
         tripled = plan["lrs"] is None and mode == "simplenorm"  # SimpleGPT trains at 3x the baseline's lr
         for lr in plan["lrs"] or [plan["base"]["learning_rate"] * (3 if tripled else 1)]:
             lr = float(f"{lr:.6g}")  # 3 * 6e-4 is 0.0018, not 0.0018000000000000002
@@ -341,11 +341,10 @@ def main(argv):
           + " (OMP_NUM_THREADS)" * bool(given))
     train_all(runs, plan, env)
     groups = summarize(runs, plan)
-    root.mkdir(parents=True, exist_ok=True)
     text = results_text(groups, plan, argv, plot_all(groups, plan, root))
     atomic_write(root / "results.md", text.encode())
     shown = {k: v for k, v in plan.items() if k != "base"}
-    atomic_write(root / "results.json", json.dumps(dict(plan=shown, groups=groups), indent=1, default=str).encode())
+    atomic_write(root / "results.json", json.dumps(dict(plan=shown, groups=groups), indent=1).encode())
     print(text)
     failed = [r["name"] for g in groups for r in g["runs"] if r["status"] not in ("finished", "diverged")]
     unscored = [r["name"] for g in groups for r in g["runs"]

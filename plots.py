@@ -45,13 +45,13 @@ def entry_of(mode, given, entry):
     return given | configurator.entry_settings(mode) | entry.get(mode, {})
 
 
-def varies(key, mode, settings):
-    """Whether sweeping key varies entry mode, whose settings are settings (entry_of): dyt_* keys an entry under
+def varies(key, settings):
+    """Whether sweeping key varies the entry whose settings are settings (entry_of): dyt_* keys an entry under
     norm_type='dyt'; geo_* keys geonorm only, sandwich_* sandwich and peri, and so on; other keys every entry."""
     if key.startswith("dyt_"):
         return settings.get("norm_type") == "dyt"
-    owner = next((m for prefix, m in MODE_OF_PREFIX.items() if key.startswith(prefix)), mode)
-    return owner in (mode, settings["norm_mode"])
+    mode = settings["norm_mode"]
+    return next((m for prefix, m in MODE_OF_PREFIX.items() if key.startswith(prefix)), mode) == mode
 
 
 def mean_std(values):
@@ -452,7 +452,7 @@ def gap_to_pre(g, groups, plan):
     a tripled simplenorm): mean and std over the seeds both finished, and their number; None for pre itself or
     where no such pre finished. Seeds move every mode alike, so the same-seed gap is the sharper comparison."""
     lr = plan["base"]["learning_rate"] if g["tripled"] else g["lr"]
-    point = {k: v for k, v in g["sweep"].items() if varies(k, "pre", entry_of("pre", plan["given"], plan["entry"]))}
+    point = {k: v for k, v in g["sweep"].items() if varies(k, entry_of("pre", plan["given"], plan["entry"]))}
     ref = next((p for p in groups if p["mode"] == "pre" and p["sweep"] == point and f"{p['lr']:g}" == f"{lr:g}"),
                None)
     if g["mode"] == "pre" or ref is None:

@@ -25,6 +25,12 @@ sys.path.insert(0, str(ROOT))
 # that were not forked. So the test process computes on one thread (its subprocesses choose their own).
 torch.set_num_threads(1)
 
+# A shell's background job (`cmd &`) starts with Ctrl-C ignored, and a process started from it inherits that:
+# Python then installs no KeyboardInterrupt handler, and the tests that stop a script with SIGINT fail. With a
+# handler here, the scripts the tests start get the default disposition back at exec, as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 def gpt2_available():
     """True when tiktoken's GPT-2 files are in the offline cache (tests needing BPE skip otherwise)."""

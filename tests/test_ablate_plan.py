@@ -3,6 +3,7 @@ time, and --figures drawn from runs' logs (fake ones here). Fast: the file that 
 ablate.py (docs/development.md); tests/test_ablate.py trains."""
 import contextlib
 import io
+import itertools
 import json
 import math
 import os
@@ -10,7 +11,7 @@ import re
 import signal
 import sys
 import threading
-import time
+import types
 from pathlib import Path
 
 import matplotlib.colors
@@ -57,7 +58,8 @@ def test_no_run_that_finished_is_an_error_exit_with_no_empty_figures_and_a_true_
     warnings and empty PNGs were), the exit is an error naming the runs; the header gives the threads the
     runs get (OMP_NUM_THREADS when it is set)."""
     monkeypatch.setattr(ablate, "check_before_training", lambda *args: None)
-    monkeypatch.setattr(ablate, "execute", lambda run, nproc, env, _: (f"ran with {env['OMP_NUM_THREADS']}", 0))
+    monkeypatch.setattr(ablate, "execute", lambda run, nproc, env, _: run["dir"].mkdir(parents=True) or (
+        f"ran with {env['OMP_NUM_THREADS']}", 0))  # a run that fails at once leaves its folder
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     with pytest.raises(SystemExit) as e:
         ablate.main([f"--out_dir={tmp_path}", "--modes=pre,geonorm", "--lrs=1e-3"])
@@ -142,6 +144,8 @@ def test_sweep_keys_of_a_presets_mode_vary_the_preset_and_seeds_at_keeps_seeds_t
     assert {r["seed"] for r in runs if r["sweep"]["n_layer"] == 4} == {1, 2, 3}
     assert {r["seed"] for r in runs if r["sweep"]["n_layer"] == 2} == {1}
     assert len(runs) == (2 + 4 + 4 + 4) + 2 * (1 + 2 + 2 + 2)  # seeds 2 and 3 at n_layer 4 only
+    plan = ablate.configure(["--modes=pre", "--seeds=1,2", "--sweep=n_layer=2,4", "--seeds_at={'n_layer': [4, 2]}"])
+    assert len(ablate.plan_runs(plan, tmp_path)) == 4  # seeds_at may hold every point of its sweep
 
 
 def test_a_sweep_that_varies_no_entry_or_undoes_a_preset_and_a_seeds_at_off_the_sweep_are_one_line_errors():
@@ -155,7 +159,9 @@ def test_a_sweep_that_varies_no_entry_or_undoes_a_preset_and_a_seeds_at_off_the_
              "seeds_at names n_embd, which is not swept: add --sweep=n_embd=... or drop it"),
             (["--modes=pre", "--sweep=n_layer=2,4", "--seeds_at={'n_layer': [16]}"],
              "seeds_at gives n_layer [16]: choose among its sweep's values 2, 4"),
-            (["--modes=pre", "--sweep=n_layer=2,4", "--seeds_at={'n_layer': []}"], "seeds_at gives n_layer []")):
+            (["--modes=pre", "--sweep=n_layer=2,4", "--seeds_at={'n_layer': []}"], "seeds_at gives n_layer []"),
+            (["--entry_settings={'geonorm': {'geo_alpha': 'x'}}"],
+             "error: geo_alpha must be float, got 'x' in entry_settings of geonorm")):
         assert message in error_of(ablate.configure, args), args
 
 
@@ -169,17 +175,33 @@ def test_dyt_keys_vary_every_entry_under_norm_type_dyt_and_only_those():
 
 
 def test_a_runs_time_adds_its_sittings_when_it_resumes_and_starts_anew_when_it_starts_again(tmp_path, monkeypatch):
-    """seconds.json: a resumed run's sittings add up; a run that starts from scratch (no checkpoint: it crashed
-    before saving one) drops the time of the attempt that left nothing."""
-    monkeypatch.setattr(ablate, "run_logged", lambda *args: time.sleep(0.2) or 0)
+    """seconds.json: a resumed run's sittings add up (a checkpoint without one counts from nothing); a run that
+    starts from scratch (no checkpoint: it crashed before saving one) drops the time of the attempt that left
+    nothing. execute returns what it did and its seconds, here on a clock that ticks 10 s a reading."""
+    ticks = itertools.count(1000, 10)
+    monkeypatch.setattr(ablate, "time", types.SimpleNamespace(time=lambda: next(ticks)))
+    monkeypatch.setattr(ablate, "run_logged", lambda *args: 0)
     run = dict(dir=tmp_path / "pre_lr0.001_s1", settings=dict(seed=1))
     run["dir"].mkdir()
     (run["dir"] / "seconds.json").write_text('{"seconds": 100.0}')
-    ablate.execute(run, 1, {}, dict(tasks=""))
-    assert 0.2 <= json.loads((run["dir"] / "seconds.json").read_text())["seconds"] < 1  # anew
+
+    def execute():
+        what_and_time = ablate.execute(run, 1, {}, dict(tasks=""))
+        return what_and_time, json.loads((run["dir"] / "seconds.json").read_text())["seconds"]
+    assert execute() == (("ran", 20), 10)  # started at 1000, saved its time at 1010, returned at 1020
     monkeypatch.setattr(ablate, "train_args", lambda run: ["--init_from=resume"])  # as with a checkpoint
-    ablate.execute(run, 1, {}, dict(tasks=""))
-    assert 0.4 <= json.loads((run["dir"] / "seconds.json").read_text())["seconds"] < 2  # the two sittings
+    assert execute() == (("resumed", 20), 20)
+    (run["dir"] / "seconds.json").unlink()
+    assert execute() == (("resumed", 20), 10)
+
+
+def test_a_runs_evaluation_is_logged_in_its_eval_log_and_a_failed_one_named_in_its_progress(tmp_path, monkeypatch):
+    logs = []
+    monkeypatch.setattr(ablate, "run_logged", lambda command, log, env: logs.append(log) or 1)  # eval.py fails
+    run = dict(dir=tmp_path / "pre_lr0.001_s1", settings=dict(seed=1))
+    write_run(run["dir"], [(10, 2.0)])
+    what, _ = ablate.execute(run, 1, {}, dict(tasks="piqa", limit=3))
+    assert logs == [run["dir"] / "eval.log"] and what == f"skipped, EVALUATION FAILED (see {run['dir']}/eval.log)"
 
 
 def test_ablate_settings_in_a_config_file_are_not_passed_to_train(tmp_path):
@@ -198,7 +220,7 @@ def test_ablate_settings_in_a_config_file_are_not_passed_to_train(tmp_path):
         ablate.configure([str(config)])
 
 
-def test_ablate_settings_are_checked_and_modes_parsed_as_bench_parses_them(capsys):
+def test_ablate_settings_are_checked_and_modes_parsed_as_bench_parses_them():
     assert ablate.configure(["--modes=geonorm,pre,geonorm"])["modes"] == ["geonorm", "pre"]  # each once
     assert configurator.parse_modes("all", NORM_MODES) == list(NORM_MODES)
     with pytest.raises(SystemExit, match=r"unknown mode\(s\) rmsnorm: choose from post, pre"):
@@ -209,11 +231,29 @@ def test_ablate_settings_are_checked_and_modes_parsed_as_bench_parses_them(capsy
         ablate.configure(["--sweep=seed=1,2"])
     plan = ablate.configure(["--seeds=3", "--lrs=1", "--ablate_jobs=2", "--eval_tasks=piqa,hellaswag"])
     assert (plan["seeds"], plan["lrs"], plan["jobs"], plan["eval"]["tasks"]) == ([3], [1.0], 2, "piqa,hellaswag")
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_lists_ablates_settings_then_trains_saying_which_are_set_per_run(capsys, flag):
     with pytest.raises(SystemExit) as exit:
-        ablate.configure(["--help"])
-    assert exit.value.code == 0
+        ablate.configure(["--seeds=1", flag])
     printed = capsys.readouterr().out
-    assert printed.startswith("Ablate the norm modes") and "\nablate_sweep = {}\n" in printed
+    assert exit.value.code == 0 and printed.startswith(ablate.__doc__.strip() + "\n\nablate.py's settings:\n")
+    ours, _, trains = printed.partition("\ntrain.py's, passed on to every run (but norm_mode, learning_rate, min_lr, "
+                                        "seed, out_dir, init_from, set per run):\n")
+    assert "\nablate_sweep = {}" in ours and trains.startswith("# I/O\n") and "\nn_layer = " in trains
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sweep=seed=1,2", "--sweep=norm_mode=pre"], "ablate.py sets norm_mode, seed per run: use --modes, --lrs or "
+                                                    "--seeds, not --sweep"),
+    (["--sweep=n_layer=2,x"], "n_layer must be int, got 'x' in the sweep"),
+    (["--sweep=n_layer=2=3"], "n_layer must be int, got '2=3' in the sweep"),  # the key ends at the first =
+    (["--seeds=1,2.5"], "seed must be int, got 2.5 in seeds"),
+    (["--lrs=1e-3,True"], "learning_rate must be float, got True in lrs"),
+])
+def test_a_bad_value_in_the_sweep_seeds_or_lrs_is_one_line_that_says_where(args, message):
+    assert error_of(ablate.configure, args) == f"error: {message}"
 
 
 def test_the_llama_char_ablation_is_the_gpt2_one_on_the_llama_block():
@@ -290,10 +330,12 @@ def test_a_mode_has_one_colour_in_every_figure_and_every_ablation(drawn):
     assert len(figures) == 10  # five figures in each of the two ablations
 
 
-def test_figures_of_an_ablation_that_never_ran_are_an_error(drawn):
+def test_figures_of_an_ablation_that_never_ran_are_an_error(drawn, tmp_path):
     draw, _ = drawn
-    with pytest.raises(SystemExit, match="no run of this ablation has finished in .*: give the config, settings"):
+    with pytest.raises(SystemExit) as e:
         draw("empty", "pre", {})
+    assert str(e.value.code) == (f"error: no run of this ablation has finished in {tmp_path / 'empty' / 'ablate'}: "
+                                 "give the config, settings and --out_dir it ran with")
 
 
 def test_figures_of_an_unfinished_ablation_name_the_runs_they_leave_out(drawn, capsys):
@@ -317,6 +359,7 @@ def test_figures_of_a_size_sweep_print_its_size_table_into_a_folder_made_with_it
                        f"val_loss_n_layer1.png, grad_norm_n_layer1.png, angle_n_layer1.png, val_loss_n_layer2.png, "
                        f"grad_norm_n_layer2.png, angle_n_layer2.png in {folder}\n")
     assert sorted(p.name for p in folder.iterdir()) == sorted(printed.split("wrote ")[1].split(" in ")[0].split(", "))
+    assert ablate_main(*args) == printed  # drawn again into the folder it made
 
 
 # ------------------------------------------------------------------------- main, with stand-ins for the runs
@@ -324,7 +367,7 @@ def test_figures_of_a_size_sweep_print_its_size_table_into_a_folder_made_with_it
 FAKE_PYTHON = '''#!{python}
 """Stands in for python running train.py or eval.py (under torchrun or not): records the call in $FAKE_CALLS
 and does what the script would, in a moment. A run of seed 13 crashes; n_head=3 fails its check on stderr,
-n_head=5 with no output; eval.py fails at limit 13; a run of seed 99 lasts until a SIGTERM."""
+n_head=5 with no output; eval.py's check of task nope fails, its scoring at limit 13; a run of seed 99 lasts until a SIGTERM."""
 import json, os, sys
 from pathlib import Path
 argv = sys.argv[1:]
@@ -335,6 +378,7 @@ with open(os.environ["FAKE_CALLS"], "a") as f:
                             world=os.environ.get("WORLD_SIZE"))) + "\\n")
 if args.get("dry_run") == "True":
     sys.exit("error: n_embd=32 is not divisible by n_head=3" if args.get("n_head") == "3" else
+             "error: lm-eval has no task 'nope'" if args.get("tasks") == "nope" else
              1 if args.get("n_head") == "5" else 0)
 print("a line of output", flush=True)
 print("a warning", file=sys.stderr, flush=True)
@@ -423,6 +467,7 @@ def test_each_run_is_checked_then_trained_once_with_its_settings_and_the_results
     assert printed.endswith(text + "\n") and "Lowest final val loss first: pre_lr0.001 " in text
     saved = json.loads((root / "results.json").read_text())
     assert set(saved["plan"]) == set(plan) - {"base"} and saved["plan"]["modes"] == ["pre", "geonorm"]
+    assert saved["plan"]["dry_run"] is False and saved["plan"]["seeds"] == [1, 2]
     assert [g["group"] for g in saved["groups"]] == ["pre_lr0.001", "geonorm_lr0.001"]
     assert [g["finished"] for g in saved["groups"]] == [2, 2]
     assert sorted(p.name for p in root.glob("*.png")) == sorted(PLOTS[:2])  # no layer stats from the stand-in
@@ -520,13 +565,16 @@ def test_a_progress_line_says_what_happened_to_the_run_and_its_result(tmp_path):
     assert ablate.progress_line(1, 1, run, "resumed", 1) == f"[1/1] pre_lr0.001_s1: resumed, 1 s, INTERRUPTED: see {tmp_path}/train.log"
 
 
-@pytest.mark.parametrize("n_head, message", [("3", "n_embd=32 is not divisible by n_head=3"), ("5", "no output")])
-def test_a_failed_check_is_its_last_line_of_stderr_and_nothing_runs(fake, tmp_path, n_head, message):
+@pytest.mark.parametrize("arg, message", [("--n_head=3", "pre_lr0.001_s1337: n_embd=32 is not divisible by n_head=3"),
+                                          ("--n_head=5", "pre_lr0.001_s1337: no output"),
+                                          ("--eval_tasks=nope", "the eval tasks: lm-eval has no task 'nope'")])
+def test_a_failed_check_is_its_last_line_of_stderr_and_nothing_runs(fake, tmp_path, arg, message):
     main, calls = fake
     with pytest.raises(SystemExit) as e:
-        main("--modes=pre", f"--n_head={n_head}")
-    assert str(e.value.code) == f"error: pre_lr0.001_s1337: {message} (nothing has run)"
-    assert [c["args"].get("dry_run") for c in calls()] == ["True"] and not (tmp_path / "out").exists()
+        main("--modes=pre", arg)
+    assert str(e.value.code) == f"error: {message} (nothing has run)"
+    checks = [c["args"].get("dry_run") for c in calls()]
+    assert checks == ["True"] * len(checks) and checks and not (tmp_path / "out").exists()
 
 
 def test_a_run_folder_with_other_settings_stops_everything_but_a_moved_folder_or_a_new_setting_does_not(tmp_path):
@@ -558,9 +606,10 @@ def test_a_stop_of_ablate_stops_the_runs_in_progress_starts_no_other_and_puts_it
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     timer = threading.Timer(3.0, os.kill, (os.getpid(), stop))
     timer.start()
-    with pytest.raises(KeyboardInterrupt, match="run the same command again to go on"):
+    with pytest.raises(KeyboardInterrupt) as e:
         main("--modes=pre,post,deep", "--seeds=99", "--jobs=2")
     timer.cancel()
+    assert e.value.args == ("run the same command again to go on",)  # what run_cli prints after 'interrupted: '
     trained = [c["args"]["norm_mode"] for c in calls() if "dry_run" not in c["args"]]
     assert sorted(trained) == ["post", "pre"]  # two at a time: deep never started
     logs = {m: (tmp_path / "out" / "ablate" / f"{m}_lr0.001_s99" / "train.log") for m in trained}
