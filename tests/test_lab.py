@@ -141,9 +141,13 @@ def test_each_scheme_is_its_authors_equations_on_random_weights(scheme, arch):
     mode = settings.pop("norm_mode")
     model = randomize(build(mode, n_layer=4, arch=arch, bias=biased(mode, arch), **settings)).double()
     idx = batch(model.config, T=12)[0]
-    with torch.no_grad():
-        torch.testing.assert_close(model(idx, all_logits=True)[0], reference_logits(model, idx),
-                                   rtol=1e-9, atol=1e-9)
+    logits, expected = model(idx, all_logits=True)[0], reference_logits(model, idx)
+    torch.testing.assert_close(logits, expected, rtol=1e-9, atol=1e-9)
+    # and their gradients: a term cut from the graph (a detach, a no_grad) leaves the logits right, training wrong
+    weights, params = torch.randn_like(logits), list(model.parameters())
+    for got, want in zip(torch.autograd.grad((logits * weights).sum(), params),
+                         torch.autograd.grad((expected * weights).sum(), params)):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-7 * want.abs().max().item())  # sums of many terms
 
 
 # ---------------------------------------------------------------- §13.1 lns

@@ -333,6 +333,13 @@ def test_geonorm_G4_degenerate_inputs():
     xr = x.clone().requires_grad_(True)
     geodesic_step(xr, s, 0.7).sum().backward()
     assert torch.isfinite(s.grad).all() and torch.isfinite(xr.grad).all()
+    for x0, s0 in ((torch.zeros(2, 8), torch.randn(2, 8)), (torch.zeros(2, 8), torch.zeros(2, 8))):  # x = 0 too
+        x0.requires_grad_(True)
+        y = geodesic_step(x0, s0, 0.7)
+        y.sum().backward()
+        assert torch.isfinite(y).all() and torch.isfinite(x0.grad).all()
+    for dtype in (torch.bfloat16, torch.float64):  # computed in at least fp32, returned in the stream's dtype
+        assert geodesic_step(x.to(dtype), x.flip(0).to(dtype), 0.7).dtype == dtype
     model = build("geonorm", geo_alpha=0.0)  # a = 0: every block is the identity
     idx, _ = batch(model.config)
     with torch.no_grad():
@@ -743,11 +750,14 @@ def test_gpt2_init_std_of_every_parameter(mode):
 
 # ---------------------------------------------------------------- optimizer, MFU
 
-def test_configure_optimizers_decays_only_matrices():
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+def test_configure_optimizers_decays_only_matrices_and_fuses_on_cuda_only(device_type):
     model = build("sandwich", bias=True)
-    opt = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cpu")
+    opt = model.configure_optimizers(0.1, 6e-4, (0.8, 0.9), device_type)  # a CPU model: AdamW only checks it
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert [(g["lr"], g["betas"], bool(g["fused"])) for g in opt.param_groups] == [
+        (6e-4, (0.8, 0.9), device_type == "cuda")] * 2
     assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
 
@@ -842,8 +852,22 @@ def test_from_gpt2_without_transformers_or_the_hub_is_a_one_line_value_error(mon
 
 def test_forward_past_block_size_is_a_clear_error():
     model = build("pre")
-    with pytest.raises(ValueError, match="block_size is only 32"):
+    with pytest.raises(ValueError, match="^cannot forward positions up to 33: block_size is only 32$"):
         model(torch.zeros(1, 33, dtype=torch.long))
+    with pytest.raises(ValueError, match="^cannot forward positions up to 36: block_size is only 32$"):
+        model(torch.zeros(1, 6, dtype=torch.long), pos=30)  # 6 tokens after 30 cached ones
+
+
+def test_the_loss_is_the_mean_cross_entropy_of_the_targets_and_a_target_of_minus_1_is_left_out():
+    """nanoGPT's convention, kept: a fine-tuning masks a target (a prompt's, a padding's) by setting it to -1."""
+    model = build("pre")
+    idx, targets = batch(model.config)
+    targets[0, :3], targets[1, :3] = -1, torch.tensor([0, 1, 2])  # token ids 0 and 1 count
+    logits, loss = model(idx, targets)
+    kept = targets != -1
+    log_p = logits.log_softmax(-1).gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1)  # (B, T)
+    assert logits.shape == (*idx.shape, model.config.vocab_size)
+    assert torch.allclose(loss, -log_p[kept].mean(), rtol=1e-6, atol=0)
 
 
 # ---------------------------------------------------------------- widths and epsilons, every combination
