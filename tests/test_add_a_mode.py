@@ -41,12 +41,23 @@ def patched_copy(tmp_path, diff):
     return copy
 
 
+# a plugin for the copy's pytest: every test it collected, before -k deselects, one id a line in collected.txt
+COLLECTED = """
+import pytest
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    with open("collected.txt", "w") as f:
+        f.writelines(item.nodeid + "\\n" for item in items)
+"""
+
+
 def pytest_on(copy, select, *args, path="tests"):
     """pytest -k select on the copy's tests but this file's: the output, which lists each test id with
-    PASSED, FAILED, ERROR or SKIPPED."""
+    PASSED, FAILED, ERROR or SKIPPED; collected.txt in the copy lists every test collected."""
+    (copy / "collected_ids.py").write_text(COLLECTED)
     return subprocess.run([sys.executable, "-m", "pytest", path, "--ignore=tests/test_add_a_mode.py", "-p",
-                           "no:cacheprovider", "-k", select, *args], cwd=copy, capture_output=True, text=True,
-                          env=os.environ | {"OMP_NUM_THREADS": "1"}).stdout
+                           "no:cacheprovider", "-p", "collected_ids", "-k", select, *args], cwd=copy,
+                          capture_output=True, text=True, env=os.environ | {"OMP_NUM_THREADS": "1"}).stdout
 
 
 def outcomes(output):
@@ -59,7 +70,7 @@ def test_the_worked_diff_adds_rezero_and_it_passes_every_test_that_runs_for_each
     ran = outcomes(output)
     # the tests that run for each mode this checkout has (its NORM_MODES): the mode first among their parameters
     modes = {}
-    listed = pytest_on(copy, "", "--collect-only", "-q")
+    listed = (copy / "collected.txt").read_text()
     for test, mode, rest in re.findall(r"^(tests/\S+)\[(\w+)(\S*)$", listed, re.M):
         modes.setdefault((test, rest), set()).add(mode)
     for_new = {f"{test}[{MODE}{rest}" for (test, rest), ran in modes.items() if set(NORM_MODES) <= ran}
