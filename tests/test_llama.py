@@ -144,7 +144,8 @@ def test_torchtitan_init_stds():
     torch.manual_seed(0)
     L, d = 4, 256
     model = GPT(GPTConfig(arch="llama", n_layer=L, n_head=4, n_embd=d, block_size=16, vocab_size=1000))
-    assert abs(model.transformer.wte.weight.std().item() - 1.0) < 0.02  # E ~ N(0, 1)
+    E = model.transformer.wte.weight
+    assert abs(E.mean().item()) < 0.01 and abs(E.std().item() - 1.0) < 0.02  # E ~ N(0, 1)
     head, cut = model.lm_head.weight, 3 * d ** -0.5
     assert head.abs().max() <= cut and head.abs().max() > 0.95 * cut  # truncated at ±3σ, not narrower
     assert abs(head.std().item() / (0.9866 * d ** -0.5) - 1) < 0.02  # a ±3σ cut keeps 0.9866 of the std

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.nn import LayerNorm as nn_LayerNorm
+from torch.nn import Identity, LayerNorm as nn_LayerNorm
 
 import model as M
 from model import ARCHS, GPT, GPTConfig, NORM_MODES, RMSNorm, geodesic_step
@@ -727,6 +727,27 @@ def test_every_config_field_changes_the_model(field):
     assert params != changed_params or not torch.allclose(logits, changed_logits, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("place", ["embedding", "attention weights", "attention output", "mlp output"])
+def test_dropout_acts_in_each_of_its_places_and_only_in_training(place):
+    """Dropout 0.5 left in one place, the others switched off: in training two dropout seeds give different
+    logits; in eval mode the logits are those of the same model without dropout."""
+    model = build("pre", n_layer=1, dropout=0.5)
+    block = model.transformer.h[0]
+    for name, (module, attr) in {"embedding": (model.transformer, "drop"), "mlp output": (block.mlp, "dropout"),
+                                 "attention output": (block.attn, "resid_dropout")}.items():
+        if name != place:
+            setattr(module, attr, Identity())
+    if place != "attention weights":
+        block.attn.dropout = 0.0  # scaled_dot_product_attention's dropout_p
+    idx, _ = batch(model.config)
+    with torch.no_grad():
+        without = build("pre", n_layer=1)(idx)[0]  # the same weights: dropout has none
+        assert torch.equal(model.eval()(idx)[0], without)
+        model.train()
+        first, second = ((torch.manual_seed(seed), model(idx)[0])[1] for seed in (0, 1))
+    assert not torch.allclose(first, second)
+
+
 # The modes whose init is their own, and the test that checks it.
 OWN_INIT = {"deep": "test_deep_P2_init_stds_match_deepnet_table",
             "lns": "test_lns_L4_init_stds (test_lab.py)",
@@ -778,36 +799,60 @@ def test_estimate_mfu_of_a_hand_counted_model():
 # ---------------------------------------------------------------- invalid configurations
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(norm_mode="prenorm"), "unknown norm_mode 'prenorm': choose one of post, pre, deep, sandwich, geonorm, simplenorm"),
-    (dict(n_embd=64, n_head=5), "n_embd=64 is not divisible by n_head=5"),
-    (dict(norm_mode="simplenorm", bias=True), "simplenorm needs bias=False"),
+    (dict(norm_mode="prenorm"), "unknown norm_mode 'prenorm': choose one of " + ", ".join(NORM_MODES)),
+    (dict(n_embd=64, n_head=5), "n_embd=64 is not divisible by n_head=5: choose n_head among the divisors of n_embd"),
+    (dict(norm_mode="simplenorm", bias=True), "simplenorm needs bias=False (a bias breaks the scale invariance of Norm(Wx))"),
     (dict(geo_decay="cosine"), "unknown geo_decay 'cosine': choose one of harmonic, sqrt, linear, none"),
     (dict(geo_radius="unit"), "unknown geo_radius 'unit': choose one of sqrt_d, embed"),
     (dict(n_layer=0), "n_layer must be a positive int, got 0"),
     (dict(n_embd=-8), "n_embd must be a positive int, got -8"),
     (dict(block_size=16.5), "block_size must be a positive int, got 16.5"),
-    (dict(geo_max_angle=0.0), "geo_max_angle must be None or > 0"),
+    (dict(geo_max_angle=0.0), "geo_max_angle must be None or > 0, got 0.0"),
     (dict(arch="llama2"), "unknown arch 'llama2': choose one of gpt2, llama"),
     (dict(arch="llama", bias=True), "arch='llama' has no biases: set bias=False"),
     (dict(n_kv_head=3), "n_head=4 is not a multiple of n_kv_head=3: choose n_kv_head among the divisors of n_head"),
     (dict(n_kv_head=0), "n_kv_head must be a positive int, got 0"),
-    (dict(arch="llama", n_embd=60, n_head=4), "n_embd/n_head = 15 is odd: choose n_head so that the head size is even"),
+    (dict(arch="llama", n_embd=60, n_head=4), "rotary embeddings turn pairs of features, but n_embd/n_head = 15 is odd: "
+     "choose n_head so that the head size is even"),
     (dict(multiple_of=0), "multiple_of must be a positive int, got 0"),
-    (dict(ffn_dim_multiplier=-1.0), "ffn_dim_multiplier must be None or > 0"),
-    (dict(rope_theta=0.0), "rope_theta must be > 0"),
+    (dict(ffn_dim_multiplier=-1.0), "ffn_dim_multiplier must be None or > 0, got -1.0"),
+    (dict(rope_theta=0.0), "rope_theta must be > 0, got 0.0"),
     (dict(mixln_alpha=1.5), "mixln_alpha must be in [0, 1], got 1.5"),
     (dict(norm_type="tanh"), "unknown norm_type 'tanh': choose one of norm, dyt"),
-    *((dict(norm_mode=mode, norm_type="dyt"), f"norm_type='dyt' does not fit norm_mode='{mode}'")
+    *((dict(norm_mode=mode, norm_type="dyt"), f"norm_type='dyt' does not fit norm_mode='{mode}': DyT replaces the norms of pre, sandwich, geonorm, lns, "
+      "reorder, hybrid only")
       for mode in ("post", "deep", "mixln", "simplenorm", "ngpt")),
     (dict(norm_mode="hybrid", qk_norm=True), "hybrid normalizes q and k per head already: set qk_norm=False"),
     (dict(norm_mode="ngpt", qk_norm=True), "ngpt normalizes q and k per head already: set qk_norm=False"),
-    *((dict(norm_mode="ngpt", **wrong), "ngpt needs bias=False, embed_norm=False and n_kv_head=None")
+    *((dict(norm_mode="ngpt", **wrong), "ngpt needs bias=False, embed_norm=False and n_kv_head=None: its rows are "
+      "directions, x_0 is a unit vector already, q and k share s_qk")
       for wrong in (dict(bias=True), dict(embed_norm=True), dict(n_kv_head=2))),
 ])
 def test_invalid_config_raises_one_line_error(overrides, message):
     with pytest.raises(ValueError) as info:
         GPTConfig(**{**dict(n_layer=2, n_head=4, n_embd=64, block_size=16, vocab_size=65), **overrides})
-    assert message in str(info.value) and "\n" not in str(info.value)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("n_head, n_kv_head", [(3, None), (3, 3), (3, 1), (6, 2)])
+def test_any_head_count_that_divides_the_width_and_is_a_multiple_of_the_kv_heads_is_valid(n_head, n_kv_head):
+    """Odd head counts included (n_kv_head None: as many as n_head)."""
+    config = GPTConfig(n_layer=1, n_head=n_head, n_kv_head=n_kv_head, n_embd=12 * n_head, vocab_size=65)
+    assert GPT(config).transformer.h[0].attn.c_attn.weight.shape[0] == 12 * (n_head + 2 * (n_kv_head or n_head))
+
+
+@pytest.mark.parametrize("field, value", [("dropout", 0.99), ("rope_theta", 0.5), ("norm_eps", 0.0), ("mixln_alpha", 0.0),
+                                          ("mixln_alpha", 1.0), ("geo_max_angle", 1e-6), ("ffn_dim_multiplier", 0.5)])
+def test_values_at_the_edge_of_their_range_are_valid(field, value):
+    assert getattr(GPTConfig(**{field: value}), field) == value
+
+
+@pytest.mark.parametrize("field, value, message", [("dropout", 1.0, "dropout must be in [0, 1), got 1.0"),
+                                                   ("norm_eps", -1e-9, "norm_eps must be None or >= 0, got -1e-09")])
+def test_values_just_outside_their_range_are_errors(field, value, message):
+    with pytest.raises(ValueError) as info:
+        GPTConfig(**{field: value})
+    assert str(info.value) == message
 
 
 def test_config_changed_after_creation_is_checked_by_gpt():

@@ -110,13 +110,14 @@ def test_cache_and_no_cache_logits_agree_to_float32_rounding_and_to_bf16_roundin
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode", NORM_MODES)
 def test_chunked_prefill_equals_a_full_forward(mode, arch):
-    """Filling the cache in three chunks (5, 4 and 7 tokens) gives every position the logits of one
-    forward over all 16: a chunk after cached keys sees all of them and itself causally."""
+    """Filling the cache in chunks of 5, 2, 1 and 8 tokens gives every position the logits of one forward
+    over all 16: a chunk after cached keys sees all of them and itself causally, whatever its length (one
+    token needs no mask, two or more the causal one shifted right)."""
     model, idx = random_model(mode, arch=arch), prompt(T=BLOCK)
     targets = torch.zeros_like(idx)  # targets make the forward return every position's logits
     full, _ = model(idx, targets)
     model.enable_kv_cache(True)
-    chunks = [model(idx[:, a:b], targets[:, a:b], pos=a)[0] for a, b in ((0, 5), (5, 9), (9, BLOCK))]
+    chunks = [model(idx[:, a:b], targets[:, a:b], pos=a)[0] for a, b in ((0, 5), (5, 7), (7, 8), (8, BLOCK))]
     model.enable_kv_cache(False)
     assert torch.allclose(torch.cat(chunks, dim=1), full, atol=1e-10)
 
@@ -129,6 +130,20 @@ def test_grouped_query_attention_caches_only_its_kv_heads_and_equals_no_cache():
     model(idx)
     assert model.transformer.h[0].attn.kv_cache[0].shape == (3, 2, BLOCK, 8)  # (B, n_kv_head, block_size, hs)
     model.enable_kv_cache(False)
+
+
+def test_generate_switches_the_cache_off_when_it_ends_or_fails():
+    """After generate, returned or raised from inside (on_token here), no attention holds a cache: its buffers
+    are freed and the next forward, a training step's, runs without one."""
+    model, idx = random_model("pre"), prompt()
+
+    def stop(token):
+        raise KeyboardInterrupt
+
+    generate(model, idx, 2, True)
+    with pytest.raises(KeyboardInterrupt):
+        generate(model, idx, 2, True, on_token=stop)
+    assert all(block.attn.kv_cache is None for block in model.transformer.h)
 
 
 def test_batch_rows_are_generated_independently():
@@ -212,6 +227,13 @@ def test_top_k_at_least_the_vocabulary_keeps_every_token():
 @pytest.mark.parametrize("top_p, nucleus", [(0.1, {0}), (0.75, {0, 1}), (0.85, {0, 1, 2}), (1.0, {0, 1, 2, 3})])
 def test_top_p_samples_the_fewest_tokens_whose_mass_reaches_p(top_p, nucleus):
     assert set(draws(PROBS.log(), top_p=top_p).tolist()) == nucleus
+
+
+def test_a_nucleus_whose_mass_reaches_p_exactly_stops_there():
+    """Four equal tokens, 0.25 each (exact in float32): the mass before the third is 0.5 exactly, so top_p 0.5
+    keeps two of them, not three."""
+    for top_p, n in ((0.25, 1), (0.5, 2), (0.75, 3), (0.76, 4)):
+        assert len(set(draws(torch.zeros(1, 4), top_p=top_p).tolist())) == n, top_p
 
 
 def test_filtered_probabilities_are_renormalized():
