@@ -595,6 +595,19 @@ def test_gpt2_converts_into_pre_mode_with_equal_logits(gpt2_dir):
     assert (from_gpt2(hf, block_size=16).eval()(x[:, :16], all_logits=True)[0] - want[:, :16]).abs().max() < 1e-5
 
 
+def test_gpt2_conversion_keeps_its_settings_and_checks_its_block_size():
+    """The checkpoint's layer-norm epsilon (1e-3 here, not the family's 1e-5), the dropout asked for, every
+    position up to n_positions; one more is a one-line error."""
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=32,
+                                                              layer_norm_epsilon=1e-3))
+    model = from_gpt2(hf, block_size=32, dropout=0.25)
+    assert (model.config.norm_eps, model.config.dropout, model.config.block_size) == (1e-3, 0.25, 32)
+    with pytest.raises(ValueError) as info:
+        from_gpt2(hf, block_size=33)
+    assert str(info.value) == "block_size=33 is beyond GPT-2's 32 positions: lower it"
+
+
 def test_eval_without_lm_eval_is_one_line(monkeypatch):
     monkeypatch.setattr(evaluation, "lm_eval", None)  # as if its import had failed
     with pytest.raises(SystemExit, match=r"^error: eval.py scores with EleutherAI's lm-evaluation-harness: "
@@ -608,7 +621,7 @@ def test_a_gpt2_that_does_not_load_is_one_line(tasks_dir, tmp_path):
     message = error_of(evaluation.main, [f"--out_dir={tmp_path}", f"--init_from={tmp_path / 'empty'}",
                                          "--tasks=tiny_mc", f"--include_path={tasks_dir}", "--device=cpu"])
     assert message.startswith(f"error: cannot load GPT-2 {str(tmp_path / 'empty')!r} (")
-    assert "For a local copy" in message
+    assert "For a local copy" in message and "(None)" not in message  # the reason transformers gave
 
 
 def test_train_refuses_to_fine_tune_gpt2_on_a_character_dataset(gpt2_dir, data_dir, tmp_path):
