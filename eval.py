@@ -21,7 +21,6 @@ the first character outside its table and scores at chance where it runs; they n
 """
 import difflib
 import os
-import sys
 import time
 from pathlib import Path
 

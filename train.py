@@ -115,12 +115,13 @@ compile: bool | None = None  # torch.compile the model; None: on CUDA only
 peak_flops = 0.0  # one device's dense bf16 FLOP/s, for MFU; 0: looked up from the GPU's name
 dry_run = False  # check the settings, data and checkpoint, print the plan and exit, writing nothing
 # --------------------------------------------------------------------------------------------------
-# the ranges of train.py's own settings, the least value or an interval (GPTConfig.validate checks the model's)
+# the ranges of train.py's own settings, the least value or an interval (GPTConfig.validate checks the model's);
+# a seed is at most 2**64 - 1
 RANGES = dict(batch_size=1, gradient_accumulation_steps=1, eval_interval=1, eval_iters=1, log_interval=1,
               max_iters=0, warmup_iters=0, lr_decay_iters=0, total_batch_size=0, learning_rate=0, min_lr=0,
               weight_decay=0, grad_clip=0, peak_flops=0, seed="[0, 1e19)", beta1="[0, 1)", beta2="[0, 1)",
               wsd_decay_frac="[0, 1]", init_from=("scratch", "resume", *GPT2_NAMES), lr_schedule=("cosine", "wsd"),
-              backend=("auto", "nccl", "gloo"), dtype=devices.DTYPES, parallel=("ddp", "fsdp"))  # seed: at most 2**64 - 1
+              backend=("auto", "nccl", "gloo"), dtype=devices.DTYPES, parallel=("ddp", "fsdp"))
 
 
 # ------------------------------------------------------------------------------- settings and checks

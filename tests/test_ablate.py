@@ -118,7 +118,8 @@ def test_changed_settings_stop_before_reusing_a_finished_run(ablation):
 @pytest.mark.parametrize("args, message", [
     (["--seeds=1,-1"], "pre_lr0.003_s-1: seed must be in [0, "),  # the second run's
     (["--n_head=3"], "pre_lr0.003_s1: n_embd=32 is not divisible by n_head=3"),
-    (["--nproc=2", "--gradient_accumulation_steps=3"], "pre_lr0.003_s1: gradient_accumulation_steps=3 does not split over 2 processes"),
+    (["--nproc=2", "--gradient_accumulation_steps=3"],
+     "pre_lr0.003_s1: gradient_accumulation_steps=3 does not split over 2 processes"),
 ])
 def test_every_planned_run_is_checked_before_any_starts(args, message, data_dir, tmp_path, monkeypatch):
     """train.py --dry_run checks each run's settings as one of its nproc processes: a mistake in any planned

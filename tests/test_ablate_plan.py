@@ -367,7 +367,8 @@ def test_figures_of_a_size_sweep_print_its_size_table_into_a_folder_made_with_it
 FAKE_PYTHON = '''#!{python}
 """Stands in for python running train.py or eval.py (under torchrun or not): records the call in $FAKE_CALLS
 and does what the script would, in a moment. A run of seed 13 crashes; n_head=3 fails its check on stderr,
-n_head=5 with no output; eval.py's check of task nope fails, its scoring at limit 13; a run of seed 99 lasts until a SIGTERM."""
+n_head=5 with no output; eval.py's check of task nope fails, its scoring at limit 13; a run of seed 99 lasts
+until a SIGTERM."""
 import json, os, sys
 from pathlib import Path
 argv = sys.argv[1:]
@@ -562,7 +563,8 @@ def test_a_progress_line_says_what_happened_to_the_run_and_its_result(tmp_path):
     write(dict(event="eval", iter=0, val_loss=4.0), dict(event="end", status="diverged", iter=4))
     assert ablate.progress_line(1, 1, run, "ran", 1) == "[1/1] pre_lr0.001_s1: ran, 1 s, DIVERGED at step 4"
     write(dict(event="eval", iter=0, val_loss=4.0), dict(event="end", status="interrupted", iter=5))
-    assert ablate.progress_line(1, 1, run, "resumed", 1) == f"[1/1] pre_lr0.001_s1: resumed, 1 s, INTERRUPTED: see {tmp_path}/train.log"
+    assert (ablate.progress_line(1, 1, run, "resumed", 1)
+            == f"[1/1] pre_lr0.001_s1: resumed, 1 s, INTERRUPTED: see {tmp_path}/train.log")
 
 
 @pytest.mark.parametrize("arg, message", [("--n_head=3", "pre_lr0.001_s1337: n_embd=32 is not divisible by n_head=3"),
@@ -633,7 +635,8 @@ def test_each_run_logs_layer_stats_unless_told_not_to_and_a_tripled_rate_is_the_
     [pre, simple] = ablate.plan_runs(ablate.configure(["--modes=pre,simplenorm", "--learning_rate=6e-4",
                                                         "--min_lr=6e-5"]), tmp_path)
     assert pre["settings"]["log_layer_stats"] is True  # the per-block figures need them
-    assert simple["lr"] == simple["settings"]["learning_rate"] == 0.0018 and simple["name"] == "simplenorm_lr0.0018_s1337"
+    assert simple["lr"] == simple["settings"]["learning_rate"] == 0.0018
+    assert simple["name"] == "simplenorm_lr0.0018_s1337"
     assert simple["settings"]["min_lr"] == 0.00018 and simple["group"] == "simplenorm_lr0.0018"  # the same ratio
     [pre] = ablate.plan_runs(ablate.configure(["--modes=pre", "--log_layer_stats=False"]), tmp_path)
     assert pre["settings"]["log_layer_stats"] is False

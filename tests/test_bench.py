@@ -107,7 +107,8 @@ def test_sampling_times_greedy_generation_from_one_prompt_with_and_without_the_c
         monkeypatch.setattr(bench, "timed", lambda fn, device: fn() or next(times))
         args, modes, cfg = bench.parse([*TINY, "--modes=geonorm", f"--sample_tokens={sample_tokens}"])
         rows = bench.bench_sampling(modes, cfg, args)
-        assert [call[:5] for call in generated] == [(m, False, (1, 8), torch.long, n_new) for m in modes for _ in "1234"]
+        expected = [(m, False, (1, 8), torch.long, n_new) for m in modes for _ in "1234"]
+        assert [call[:5] for call in generated] == expected
         assert [call[5] for call in generated] == [dict(temperature=0, use_cache=c) for c in (True, False) * 4]
         assert rows == [dict(mode="pre", tokens_per_s_cache=n_new / 25, tokens_per_s_no_cache=n_new / 200,
                              cache_speedup=8.0),

@@ -139,7 +139,8 @@ def test_none_is_never_out_of_range_and_a_local_gpt2_folder_is_an_init_from(scri
     tool, _ = scripts
     settings = configurator.read_settings(tool) | {"init_from": ("scratch", (str,))}
     assert configurator.checked("scale", None, settings, "x", dict(scale=0)) is None
-    assert configurator.checked("init_from", str(tmp_path), settings, "x", dict(init_from=("scratch",))) == str(tmp_path)
+    folder = str(tmp_path)
+    assert configurator.checked("init_from", folder, settings, "x", dict(init_from=("scratch",))) == folder
     assert "or a folder holding a transformers GPT-2" in error_of(
         configurator.checked, "init_from", "nope", settings, "x", dict(init_from=("scratch",)))
 

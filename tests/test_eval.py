@@ -287,8 +287,8 @@ def test_one_process_is_rank_0_of_a_world_of_1(model_meta):
 
 
 def test_a_continuation_longer_than_block_size_is_one_line(model_meta):
-    with pytest.raises(SystemExit, match=r"^error: a continuation of 40 tokens does not fit this model's block_size=32: "
-                                         r"the task needs a model with a longer context$"):
+    with pytest.raises(SystemExit, match=r"^error: a continuation of 40 tokens does not fit this model's "
+                                         r"block_size=32: the task needs a model with a longer context$"):
         adapter(model_meta).loglikelihood(requests("loglikelihood", ("Thou", " " + "a" * 39)))
 
 
@@ -312,7 +312,8 @@ def ll_docs(model_meta):
     """lambada's kind: a context and its last word; two of them are the model's greedy continuations."""
     model, meta = model_meta
     encode, decode = data.get_tokenizer(meta)
-    greedy = [decode(model.generate(torch.tensor([encode(q)]), 3, temperature=0)[0, -3:].tolist()) for q in QUESTIONS[:2]]
+    greedy = [decode(model.generate(torch.tensor([encode(q)]), 3, temperature=0)[0, -3:].tolist())
+              for q in QUESTIONS[:2]]
     return ([dict(context=q, word=g) for q, g in zip(QUESTIONS, greedy)]
             + [dict(context=q.rsplit(" ", 1)[0], word=" " + q.rsplit(" ", 1)[1]) for q in QUESTIONS[2:]])
 
@@ -548,7 +549,8 @@ def test_ctrl_c_while_scoring_is_one_line_and_exit_130(out_dir, tmp_path):
     err = (err + proc.stderr.read()).decode()
     assert proc.wait(60) == 130 and "Traceback" not in err, err
     # the last line: the message (after what is left of tqdm's bar, where the signal lands before it draws again)
-    assert err.splitlines()[-1].endswith("interrupted: stopped before the end; files are written whole or not at all") and tree(tmp_path / "run") == before
+    assert err.splitlines()[-1].endswith("interrupted: stopped before the end; files are written whole or not at all")
+    assert tree(tmp_path / "run") == before
 
 
 def test_an_evaluation_that_fails_after_training_makes_the_ablation_an_error(data_dir, tmp_path):
@@ -636,7 +638,8 @@ def test_train_fine_tunes_gpt2_and_resumes(gpt2_dir, shakespeare_text, tmp_path)
     prepare_data.prepare("text", tmp_path / "bpe", inputs=[str(tmp_path / "input.txt")], val_tokens=500, workers=1)
     args = [f"--data_dir={tmp_path}", "--dataset=bpe", f"--out_dir={tmp_path / 'out'}", "--block_size=32",
             "--batch_size=2", "--eval_iters=1", "--device=cpu", "--compile=False", "--log_interval=1"]
-    train.main(args + [f"--init_from={gpt2_dir[0]}", "--max_iters=1", "--learning_rate=0.0"])  # a step that moves nothing
+    # a step that moves nothing
+    train.main(args + [f"--init_from={gpt2_dir[0]}", "--max_iters=1", "--learning_rate=0.0"])
     ckpt = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
     converted = from_gpt2(str(gpt2_dir[0]), block_size=32).state_dict()
     assert ckpt["model"].keys() == converted.keys()
@@ -795,8 +798,9 @@ def test_each_setting_reaches_lm_eval_exactly_and_the_others_as_their_defaults(
     run.mkdir()
     shutil.copy(out_dir / "ckpt.pt", run / "ckpt.pt")
     mc_file = str(tasks_dir / "tiny_mc.jsonl")
-    expected = DEFAULTS | dict(tasks=["tiny_mc"], files={"tiny_mc": mc_file}, include_path=str(tasks_dir), own_tasks=False,
-                               vocab_size=load_model(out_dir, "cpu")[0].config.vocab_size, tokenizer="char")
+    expected = DEFAULTS | dict(tasks=["tiny_mc"], files={"tiny_mc": mc_file}, include_path=str(tasks_dir),
+                               own_tasks=False, vocab_size=load_model(out_dir, "cpu")[0].config.vocab_size,
+                               tokenizer="char")
     args = [f"--out_dir={run}", "--tasks=tiny_mc", f"--include_path={tasks_dir}"]
     if value == "tiny_ll,tiny_mc":
         expected |= dict(tasks=["tiny_ll", "tiny_mc"], files={"tiny_ll": str(tasks_dir / "tiny_ll.jsonl"),

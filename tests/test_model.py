@@ -801,7 +801,8 @@ def test_estimate_mfu_of_a_hand_counted_model():
 @pytest.mark.parametrize("overrides, message", [
     (dict(norm_mode="prenorm"), "unknown norm_mode 'prenorm': choose one of " + ", ".join(NORM_MODES)),
     (dict(n_embd=64, n_head=5), "n_embd=64 is not divisible by n_head=5: choose n_head among the divisors of n_embd"),
-    (dict(norm_mode="simplenorm", bias=True), "simplenorm needs bias=False (a bias breaks the scale invariance of Norm(Wx))"),
+    (dict(norm_mode="simplenorm", bias=True),
+     "simplenorm needs bias=False (a bias breaks the scale invariance of Norm(Wx))"),
     (dict(geo_decay="cosine"), "unknown geo_decay 'cosine': choose one of harmonic, sqrt, linear, none"),
     (dict(geo_radius="unit"), "unknown geo_radius 'unit': choose one of sqrt_d, embed"),
     (dict(n_layer=0), "n_layer must be a positive int, got 0"),
@@ -812,15 +813,17 @@ def test_estimate_mfu_of_a_hand_counted_model():
     (dict(arch="llama", bias=True), "arch='llama' has no biases: set bias=False"),
     (dict(n_kv_head=3), "n_head=4 is not a multiple of n_kv_head=3: choose n_kv_head among the divisors of n_head"),
     (dict(n_kv_head=0), "n_kv_head must be a positive int, got 0"),
-    (dict(arch="llama", n_embd=60, n_head=4), "rotary embeddings turn pairs of features, but n_embd/n_head = 15 is odd: "
-     "choose n_head so that the head size is even"),
+    (dict(arch="llama", n_embd=60, n_head=4),
+     "rotary embeddings turn pairs of features, but n_embd/n_head = 15 is odd: choose n_head so that the head size "
+     "is even"),
     (dict(multiple_of=0), "multiple_of must be a positive int, got 0"),
     (dict(ffn_dim_multiplier=-1.0), "ffn_dim_multiplier must be None or > 0, got -1.0"),
     (dict(rope_theta=0.0), "rope_theta must be > 0, got 0.0"),
     (dict(mixln_alpha=1.5), "mixln_alpha must be in [0, 1], got 1.5"),
     (dict(norm_type="tanh"), "unknown norm_type 'tanh': choose one of norm, dyt"),
-    *((dict(norm_mode=mode, norm_type="dyt"), f"norm_type='dyt' does not fit norm_mode='{mode}': DyT replaces the norms of pre, sandwich, geonorm, lns, "
-      "reorder, hybrid only")
+    *((dict(norm_mode=mode, norm_type="dyt"),
+       f"norm_type='dyt' does not fit norm_mode='{mode}': DyT replaces the norms of pre, sandwich, geonorm, lns, "
+       "reorder, hybrid only")
       for mode in ("post", "deep", "mixln", "simplenorm", "ngpt")),
     (dict(norm_mode="hybrid", qk_norm=True), "hybrid normalizes q and k per head already: set qk_norm=False"),
     (dict(norm_mode="ngpt", qk_norm=True), "ngpt normalizes q and k per head already: set qk_norm=False"),
@@ -841,8 +844,9 @@ def test_any_head_count_that_divides_the_width_and_is_a_multiple_of_the_kv_heads
     assert GPT(config).transformer.h[0].attn.c_attn.weight.shape[0] == 12 * (n_head + 2 * (n_kv_head or n_head))
 
 
-@pytest.mark.parametrize("field, value", [("dropout", 0.99), ("rope_theta", 0.5), ("norm_eps", 0.0), ("mixln_alpha", 0.0),
-                                          ("mixln_alpha", 1.0), ("geo_max_angle", 1e-6), ("ffn_dim_multiplier", 0.5)])
+@pytest.mark.parametrize("field, value", [("dropout", 0.99), ("rope_theta", 0.5), ("norm_eps", 0.0),
+                                          ("mixln_alpha", 0.0), ("mixln_alpha", 1.0), ("geo_max_angle", 1e-6),
+                                          ("ffn_dim_multiplier", 0.5)])
 def test_values_at_the_edge_of_their_range_are_valid(field, value):
     assert getattr(GPTConfig(**{field: value}), field) == value
 

@@ -159,7 +159,8 @@ def test_a_size_sweep_counts_each_groups_non_embedding_parameters_as_the_model_d
                                             "peri_lr0.001_n_layer3"]
     for g in groups:
         settings = next(r["settings"] for r in runs if r["group"] == g["group"])
-        config = configurator.model_config(types.SimpleNamespace(**plan["base"] | settings), dict(tokenizer="char", vocab_size=65))
+        config = configurator.model_config(types.SimpleNamespace(**plan["base"] | settings),
+                                           dict(tokenizer="char", vocab_size=65))
         model = GPT(config)
         embedding = sum(p.numel() for n, p in model.named_parameters() if n.endswith("wte.weight"))
         assert g["params"] == model.get_num_params() and g["params"] < sum(p.numel() for p in model.parameters())
@@ -261,8 +262,8 @@ def ladder_of(tmp_path):
         status = {("peri", 4, 3): "diverged", ("peri", 2, 1): "interrupted"}.get((run["mode"], n, seed), "finished")
         last = math.nan if status == "diverged" else 2.0 - 0.1 * n + 0.01 * seed + 0.05 * (run["mode"] == "peri")
         write_run(run["dir"], [(0, 4.0), (5, 3.0), (10, last)], status, seconds=60.0 * seed * n,
-                  stats={s: dict(grad_norm=[seed * (b + 1) * (1 + s) for b in range(n)], angle=[0.1 * (b + 1) for b in range(n)],
-                                 resid_rms=[1.0] * n) for s in (0, 5, 10)})
+                  stats={s: dict(grad_norm=[seed * (b + 1) * (1 + s) for b in range(n)],
+                                 angle=[0.1 * (b + 1) for b in range(n)], resid_rms=[1.0] * n) for s in (0, 5, 10)})
     return plan, runs, plots.summarize(runs, plan)
 
 
@@ -274,7 +275,8 @@ def test_a_size_table_is_loss_per_mode_and_size_then_the_time_per_run_and_of_all
     assert rows[:4] == [
         "| mode | n_layer 1 | n_layer 2 | n_layer 4 |", "|---|---|---|---|",
         f"| pre | 1.9100 | 1.8100 | {statistics.mean(pre4):.4f} ± {statistics.stdev(pre4):.4f} (3) |",
-        f"| peri | 1.9600 | interrupted | {statistics.mean(peri4):.4f} ± {statistics.stdev(peri4):.4f} (2, 1 diverged) |"]
+        f"| peri | 1.9600 | interrupted | {statistics.mean(peri4):.4f} ± {statistics.stdev(peri4):.4f} "
+        "(2, 1 diverged) |"]
     # time per run: the finished runs at that size; all runs: their sum (peri's diverged and interrupted left out)
     at4 = [60.0 * s * 4 for s in (1, 2, 3)] + [60.0 * s * 4 for s in (1, 2)]
     assert rows[4] == f"| time per run | 60 s | 2.0 min | {statistics.mean(at4) / 60:.1f} min |"
@@ -301,7 +303,8 @@ def test_results_md_has_the_command_the_tables_the_ranking_and_the_figures(tmp_p
     plan, _, groups = ladder_of(tmp_path / "ladder")
     text = plots.results_text(groups, plan, [], [])
     assert "Eval tasks" not in text and "time/run: a run's wall time, mean over them.\n\n| mode |" in text
-    assert f"\n\n{plots.size_table(groups, plan, 'n_layer')}\n\nLowest final val loss first: pre_lr0.001_n_layer4 " in text
+    table = plots.size_table(groups, plan, "n_layer")
+    assert f"\n\n{table}\n\nLowest final val loss first: pre_lr0.001_n_layer4 " in text
     none = [g | dict(final_val_loss=None) for g in groups]
     assert plots.results_text(none, plan, [], []).endswith("Lowest final val loss first: none finished\n\n")
 
@@ -590,7 +593,8 @@ def test_the_size_figures_are_final_loss_against_the_size_and_the_parameters(tmp
         bars = [c for c in ax.collections if matplotlib.colors.to_hex(c.get_color()[0]) == lines["pre"][4]]
         [pre4] = [g for g in groups if g["group"] == "pre_lr0.001_n_layer4"]
         mean, std = pre4["final_val_loss"]
-        assert any(sorted(seg[:, 1]) == pytest.approx([mean - std, mean + std]) for b in bars for seg in b.get_segments())
+        segments = [seg for b in bars for seg in b.get_segments()]
+        assert any(sorted(seg[:, 1]) == pytest.approx([mean - std, mean + std]) for seg in segments)
         assert ax.get_xscale() == "log" and ax.get_ylabel() == "final validation loss (nats per character)"
         assert "; x: diverged)" in title.split("\n")[0] and "blocks 1–4 × 32" in title
     fig, ax, title = drawn["size.png"]

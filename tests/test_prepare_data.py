@@ -110,7 +110,8 @@ def test_shakespeare_under_num_tokens_keeps_nanogpts_90_10_split(tmp_path, shake
     out = prepare("shakespeare_char", tmp_path / "out", inputs=[str(shakespeare_file)], num_tokens=30_000, workers=1)
     n = int(len(shakespeare_text) * 0.9)
     assert load_meta(out)["tokens"] == {"train": 27_000, "val": 3_000}
-    assert split_text(out, "train") == shakespeare_text[:27_000] and split_text(out, "val") == shakespeare_text[n:n + 3000]
+    assert split_text(out, "train") == shakespeare_text[:27_000]
+    assert split_text(out, "val") == shakespeare_text[n:n + 3000]
     message = error_of(prepare, "shakespeare_char", tmp_path / "val", inputs=[str(shakespeare_file)], val_tokens=100)
     assert "--val_tokens" in message and "drop it" in message and not (tmp_path / "val").exists()
     (tmp_path / "x.txt").write_text("x")  # too short to give a training split, whatever --val_tokens says
@@ -351,7 +352,8 @@ def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path, monk
     assert {p.name: p.read_bytes() for p in folder.glob("*.bin")} == before  # unchanged, not copied
     meta = load_meta(tmp_path / "data" / "fineweb")
     assert meta["tokenizer"] == "gpt2" and meta["tokens"] == {"train": 9000, "val": 3000}
-    assert [s["sha256"] for s in meta["shards"]["val"]] == [hashlib.sha256(before["fineweb_val_000000.bin"]).hexdigest()]
+    val_sha = hashlib.sha256(before["fineweb_val_000000.bin"]).hexdigest()
+    assert [s["sha256"] for s in meta["shards"]["val"]] == [val_sha]
     cfg = types.SimpleNamespace(data_dir=str(tmp_path / "data"), dataset="fineweb", block_size=16, batch_size=8)
     _, data = train.load_dataset(cfg, master=True)
     x, y = get_batch(data["train"], np.random.default_rng(1), cfg, "cpu")

@@ -244,7 +244,8 @@ def test_a_step_waits_for_the_device_once_and_reads_each_batch_before_the_backwa
         monkeypatch.setattr(torch.Tensor, name, counted)
     micro_batch, backward = train.micro_batch, torch.Tensor.backward
     monkeypatch.setattr(train, "micro_batch", lambda *args: order.append("batch") or micro_batch(*args))
-    monkeypatch.setattr(torch.Tensor, "backward", lambda self, *a, **k: order.append("backward") or backward(self, *a, **k))
+    monkeypatch.setattr(torch.Tensor, "backward",
+                        lambda self, *a, **k: order.append("backward") or backward(self, *a, **k))
 
     counts = {}
     for steps in (4, 10):

@@ -221,7 +221,8 @@ def test_top_k_samples_exactly_the_k_most_likely_tokens():
 
 def test_top_k_at_least_the_vocabulary_keeps_every_token():
     logits = torch.randn(1, V)
-    assert torch.equal(draws(logits, top_k=V), draws(logits)) and torch.equal(draws(logits, top_k=10 * V), draws(logits))
+    assert torch.equal(draws(logits, top_k=V), draws(logits))
+    assert torch.equal(draws(logits, top_k=10 * V), draws(logits))
 
 
 @pytest.mark.parametrize("top_p, nucleus", [(0.1, {0}), (0.75, {0, 1}), (0.85, {0, 1, 2}), (1.0, {0, 1, 2, 3})])
@@ -248,7 +249,8 @@ def test_filtered_probabilities_are_renormalized():
 def write_checkpoint(folder, mode="pre", meta=None, prefix="", **overrides):
     """ckpt.pt with the keys train.py writes, for a random model and a character vocabulary by default."""
     meta = meta or dict(dataset="toy", tokenizer="char", vocab_size=len(CHARS), eot_token=None, chars=CHARS)
-    args = dict(norm_mode=mode, n_layer=2, n_head=4, n_embd=32, block_size=BLOCK, vocab_size=meta["vocab_size"]) | overrides
+    args = dict(norm_mode=mode, n_layer=2, n_head=4, n_embd=32, block_size=BLOCK,
+                vocab_size=meta["vocab_size"]) | overrides
     torch.manual_seed(0)
     state = {prefix + k: v for k, v in GPT(GPTConfig(**args)).state_dict().items()}
     folder.mkdir(parents=True, exist_ok=True)
@@ -455,7 +457,8 @@ def test_missing_checkpoint_truncated_checkpoint_and_wrong_model_are_one_line_er
         run(tmp_path)
     data = (write_checkpoint(tmp_path) / "ckpt.pt").read_bytes()
     (tmp_path / "ckpt.pt").write_bytes(data[:len(data) // 2])
-    with pytest.raises(SystemExit, match=r"^error: .*ckpt.pt has \d+ bytes, \d+ when saved: it is cut short or damaged"):
+    damaged = r"^error: .*ckpt.pt has \d+ bytes, \d+ when saved: it is cut short or damaged"
+    with pytest.raises(SystemExit, match=damaged):
         run(tmp_path)
     checkpoint.sums_path(tmp_path / "ckpt.pt").unlink()  # saved by an older normgpt: torch.load finds it out
     with pytest.raises(SystemExit, match=r"^error: .*ckpt.pt is not a readable checkpoint \(.+\); [^\n]*$"):

@@ -226,7 +226,8 @@ def test_unknown_settings_and_wrong_types_fail_with_their_messages(data_dir, tmp
     # as a process: one line naming the fix, no traceback, a failing exit code
     result = subprocess.run(command("--lerning_rate=1e-3"), capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
-    assert result.stderr == "error: unknown setting 'lerning_rate' in --lerning_rate=1e-3: did you mean 'learning_rate'?\n"
+    assert result.stderr == ("error: unknown setting 'lerning_rate' in --lerning_rate=1e-3: "
+                             "did you mean 'learning_rate'?\n")
 
 
 def test_a_missing_dataset_names_the_command_that_prepares_it(tmp_path):
