@@ -818,6 +818,7 @@ def test_estimate_mfu_of_a_hand_counted_model():
      "is even"),
     (dict(multiple_of=0), "multiple_of must be a positive int, got 0"),
     (dict(ffn_dim_multiplier=-1.0), "ffn_dim_multiplier must be None or > 0, got -1.0"),
+    (dict(ffn_dim_multiplier=0.0), "ffn_dim_multiplier must be None or > 0, got 0.0"),
     (dict(rope_theta=0.0), "rope_theta must be > 0, got 0.0"),
     (dict(mixln_alpha=1.5), "mixln_alpha must be in [0, 1], got 1.5"),
     (dict(norm_type="tanh"), "unknown norm_type 'tanh': choose one of norm, dyt"),
