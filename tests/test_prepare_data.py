@@ -285,10 +285,11 @@ def test_bad_input_gets_a_one_line_error_and_no_output(tmp_path):
 
 
 def test_non_utf8_bytes_are_replaced_and_counted(tmp_path, capsys):
-    (tmp_path / "in.txt").write_bytes(b"caf\xe9 au lait\n" * 10 + b"\xff\xfe end\n")
+    # a lone byte is one U+FFFD, and so is a cut sequence (\xe2\x82, 2 bytes of a 3-byte character)
+    (tmp_path / "in.txt").write_bytes(b"caf\xe9 au lait\n" * 10 + b"\xff\xe2\x82 end\n")
     out = prepare("shakespeare_char", tmp_path / "out", inputs=[str(tmp_path / "in.txt")], workers=1)
-    assert "\ufffd" in load_meta(out)["chars"]
-    assert "12 bytes of invalid UTF-8" in capsys.readouterr().err
+    assert split_text(out, "train") + split_text(out, "val") == "caf\ufffd au lait\n" * 10 + "\ufffd\ufffd end\n"
+    assert "warning: 13 bytes of invalid UTF-8 were replaced with U+FFFD\n" in capsys.readouterr().err  # 10 + 1 + 2
 
 
 def test_text_dataset_names_a_missing_column(tmp_path):
@@ -303,20 +304,74 @@ def test_hub_dataset_offline_fails_fast_naming_local_files(tmp_path):
     assert time.time() - start < 5 and "--input" in message and "text" in message
 
 
-def test_hub_check_dials_the_endpoint_in_hf_endpoint(tmp_path, monkeypatch):
+HUB_FIX = "for local files use:  python prepare_data.py text --input FILES"
+
+
+@pytest.fixture
+def hub_env(monkeypatch):
+    """_hub's inputs, set by each test: no offline variable, no endpoint, no proxy; each dial recorded."""
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(prepare_data.urllib.request, "getproxies", dict)
     dialed = []
 
-    def refuse(address, timeout):
-        dialed.append(address)
-        raise ConnectionRefusedError("connection refused")
+    class Connection:
+        def close(self):
+            dialed.append("closed")
 
-    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HF_ENDPOINT", "http://hf-mirror.internal:8080")
-    monkeypatch.setattr(prepare_data.urllib.request, "getproxies", dict)
-    monkeypatch.setattr(prepare_data.socket, "create_connection", refuse)
-    message = error_of(prepare, "fineweb_edu", tmp_path / "out")
-    assert dialed == [("hf-mirror.internal", 8080)] and "at http://hf-mirror.internal:8080" in message
+    def connect(address, timeout):
+        dialed.append((address, timeout))
+        if address[0] == "refused.internal":
+            raise ConnectionRefusedError("connection refused")
+        return Connection()
+
+    monkeypatch.setattr(prepare_data.socket, "create_connection", connect)
+    return dialed
+
+
+@pytest.mark.parametrize("env, reason", [
+    ({"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE is set"),
+    ({"HF_DATASETS_OFFLINE": "TRUE"}, "HF_DATASETS_OFFLINE is set"),
+    ({"HF_HUB_OFFLINE": "true", "HF_DATASETS_OFFLINE": "1"}, "HF_HUB_OFFLINE is set"),
+    ({"HF_ENDPOINT": "hf-mirror.internal"}, "HF_ENDPOINT is not a URL like https://host"),
+    ({"HF_ENDPOINT": "http://refused.internal:8080"}, "connection refused"),
+    ({"HF_ENDPOINT": "http://hf-mirror.internal:port"}, "Port could not be cast to integer value as 'port'"),
+])
+def test_hub_out_of_reach_is_one_line_naming_the_endpoint_and_local_files(hub_env, monkeypatch, env, reason):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as error:
+        prepare_data._hub("openwebtext")
+    endpoint = env.get("HF_ENDPOINT", "https://huggingface.co")
+    assert str(error.value) == (f"error: cannot reach the Hugging Face hub at {endpoint} for Skylion007/openwebtext "
+                                f"({reason}); {HUB_FIX}")
+    assert hub_env == ([(("refused.internal", 8080), 3)] if "refused" in endpoint else [])  # offline: no dial
+
+
+@pytest.mark.parametrize("env, proxies, dialed", [
+    ({}, {}, [(("huggingface.co", 443), 3), "closed"]),
+    ({"HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "false", "HF_ENDPOINT": "http://hf-mirror.internal"},
+     {"https": "http://proxy.internal:3128"}, [(("hf-mirror.internal", 80), 3), "closed"]),
+    ({"HF_ENDPOINT": "https://hf-mirror.internal:8443/"}, {}, [(("hf-mirror.internal", 8443), 3), "closed"]),
+    ({}, {"https": "http://proxy.internal:3128"}, []),  # behind a proxy for its scheme: datasets finds the way
+])
+def test_hub_in_reach_dials_once_and_streams_the_train_split_lazily(hub_env, monkeypatch, env, proxies, dialed):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(prepare_data.urllib.request, "getproxies", lambda: proxies)
+    streamed = []
+
+    def stream(*args):
+        streamed.append(args)
+        yield from ({"text": "one", "id": 1}, {"text": "two", "id": 2})
+
+    monkeypatch.setattr(prepare_data, "_stream", stream)
+    docs, description, third = prepare_data._hub("fineweb_edu")
+    assert hub_env == dialed and streamed == []  # nothing read before the build asks
+    assert (description, third) == ("HuggingFaceFW/fineweb-edu (sample-10BT) from the Hugging Face hub", None)
+    assert list(docs()) == [(None, "one", True), (None, "two", True)]  # each row a whole document
+    assert streamed == [("HuggingFaceFW/fineweb-edu", HUB_FIX, "HuggingFaceFW/fineweb-edu", "sample-10BT")]
+    assert prepare_data._hub("openwebtext")[1] == "Skylion007/openwebtext (default) from the Hugging Face hub"
 
 
 def test_failed_shakespeare_download_says_to_use_input(tmp_path, monkeypatch):
@@ -333,7 +388,7 @@ def test_command_line_help_and_errors():
     assert bad.returncode != 0 and bad.stderr.startswith("error: unknown dataset") and bad.stderr.count("\n") == 1
 
 
-def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path, monkeypatch):
+def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path, monkeypatch, capsys):
     """Shards written byte for byte as modded-nanogpt's cached FineWeb are indexed in place, then read by
     train.py's loader exactly as written."""
     import types
@@ -348,10 +403,17 @@ def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path, monk
         (folder / name).write_bytes(header.tobytes() + written[name].tobytes())
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     monkeypatch.delattr(hashlib, "file_digest", raising=False)  # as on Python 3.10
-    prepare("shards", tmp_path / "data" / "fineweb", inputs=[str(folder / "*.bin")])
+    out = tmp_path / "data" / "fineweb"
+    prepare("shards", out, inputs=[str(folder / "*.bin")])
     assert {p.name: p.read_bytes() for p in folder.glob("*.bin")} == before  # unchanged, not copied
-    meta = load_meta(tmp_path / "data" / "fineweb")
+    assert f"indexing 9,000 train + 3,000 val tokens of 3 shards in {out}/meta.json" in capsys.readouterr().out
+    meta = load_meta(out)
     assert meta["tokenizer"] == "gpt2" and meta["tokens"] == {"train": 9000, "val": 3000}
+    names = ("fineweb_train_000001.bin", "fineweb_train_000002.bin", "fineweb_val_000000.bin")  # sorted
+    source = f"3 existing shards: {', '.join(str(folder / name) for name in names)}"
+    assert (meta["dataset"], meta["source"]) == ("shards", source)
+    prepare("shards", out, inputs=[str(folder / "*.bin")])  # its arguments recorded: the same command does nothing
+    assert "already prepared with these arguments: nothing to do" in capsys.readouterr().out
     val_sha = hashlib.sha256(before["fineweb_val_000000.bin"]).hexdigest()
     assert [s["sha256"] for s in meta["shards"]["val"]] == [val_sha]
     cfg = types.SimpleNamespace(data_dir=str(tmp_path / "data"), dataset="fineweb", block_size=16, batch_size=8)
@@ -361,8 +423,10 @@ def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path, monk
     for row_x, row_y in zip(x.numpy(), y.numpy()):
         starts = [i for i in range(len(stream) - 16) if (stream[i:i + 16] == row_x).all()]
         assert starts and (stream[starts[0] + 1:starts[0] + 17] == row_y).all()
-    assert error_of(prepare, "shards", tmp_path / "only_train", inputs=[str(folder / "*train*.bin")]).startswith(
-        "error: shards needs --input with train and val shards")
+    for only in ("train", "val"):  # one split alone is not a dataset; nothing is written
+        assert error_of(prepare, "shards", tmp_path / only, inputs=[str(folder / f"*{only}*.bin")]) == (
+            "error: shards needs --input with train and val shards ('val' in the val files' names)")
+        assert not (tmp_path / only).exists()
 
 
 # ----------------------------------------------------------------------------- nothing lost, nothing silent
