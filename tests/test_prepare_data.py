@@ -119,15 +119,29 @@ def test_shakespeare_under_num_tokens_keeps_nanogpts_90_10_split(tmp_path, shake
         "held out; use more text")
 
 
-def test_pystdlib_builds_offline_from_the_first_sorted_files(tmp_path):
-    out = prepare("pystdlib", tmp_path / "out", num_tokens=60_000, workers=1)
-    root, files = pathlib.Path(sysconfig.get_paths()["stdlib"]), []
-    for folder, subfolders, names in os.walk(root):
-        subfolders[:] = [d for d in subfolders if d not in ("test", "tests", "idle_test", "site-packages")]
-        files += [pathlib.Path(folder, name) for name in names if name.endswith(".py")]
-    text = "".join(p.read_bytes().decode() for p in sorted(files)[:40])[:60_000]
-    assert split_text(out, "val") + split_text(out, "train") == text
-    assert load_meta(out)["chars"] == "".join(sorted(set(text)))
+def test_pystdlib_builds_offline_from_the_first_sorted_files_outside_tests_and_site_packages(tmp_path, monkeypatch):
+    stdlib = tmp_path / "lib"
+    for name, text in {"a.py": b"alpha = 1\n", "a.txt": b"not python\n", "c.py": b"caf\xe9 = 2\n",
+                       "b/z.py": b"zed = 3\n", "b/tests/t.py": b"T\n", "test/t.py": b"T\n",
+                       "idle_test/t.py": b"T\n", "site-packages/x.py": b"X\n"}.items():
+        (stdlib / name).parent.mkdir(parents=True, exist_ok=True)
+        (stdlib / name).write_bytes(text)
+    monkeypatch.setattr(prepare_data.sysconfig, "get_paths", lambda: {"stdlib": str(stdlib)})
+    docs, source, size = prepare_data._pystdlib()
+    # sorted by path: b/z.py before c.py, which os.walk lists first
+    assert list(docs()) == [(None, "alpha = 1\n", True), (None, "zed = 3\n", True), (None, "caf\ufffd = 2\n", True)]
+    version = sys.version.split()[0]
+    assert (source, size) == (f"3 .py files of the Python {version} standard library in {stdlib}", 10 + 8 + 9)
+    out = prepare("pystdlib", tmp_path / "out", num_tokens=20, val_tokens=3, workers=1)  # characters, cut at 20
+    assert (split_text(out, "val"), split_text(out, "train")) == ("alp", "ha = 1\nzed = 3\nca")
+    assert load_meta(out)["chars"] == "".join(sorted(set("alpha = 1\nzed = 3\nca")))  # no "f" of caf
+
+
+def test_a_character_cap_cuts_the_document_it_falls_in_and_stops():
+    docs = lambda: iter([("val", "hello", True), (None, "world", False), (None, "!", True)])
+    assert list(prepare_data._first_chars(docs, 5)()) == [("val", "hello", True)]  # no empty document after it
+    assert list(prepare_data._first_chars(docs, 7)()) == [("val", "hello", True), (None, "wo", False)]
+    assert list(prepare_data._first_chars(docs, 11)()) == list(docs())
 
 
 def test_parallel_workers_write_the_same_shards_as_one(tmp_path, monkeypatch):
