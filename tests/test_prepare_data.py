@@ -3,13 +3,11 @@ import hashlib
 import itertools
 import json
 import os
-import pathlib
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import time
 
 import numpy as np
