@@ -142,6 +142,19 @@ def test_a_character_cap_cuts_the_document_it_falls_in_and_stops():
     assert list(prepare_data._first_chars(docs, 11)()) == list(docs())
 
 
+@pytest.mark.parametrize("cap, size, tokenizer, val_tokens", [
+    (None, None, "gpt2", 100_000_000),  # a stream of unknown length: one shard of modded-nanogpt's size
+    (None, 4 * 10**10, "gpt2", 100_000_000),  # 5% of 10^10 tokens, capped at one shard
+    (None, 2 * 10**9, "char", 100_000_000),  # 5% of 2 * 10^9 characters: exactly one shard
+    (None, 4_000, "gpt2", 50),  # a GPT-2 token from 4 bytes, estimated: 1,000 tokens
+    (None, 1_000, "char", 50),  # a character a token
+    (100, 4_000, "gpt2", 5),  # --num_tokens below the estimate: 5% of it
+    (10, None, "char", 1),  # at least one token
+])
+def test_the_default_val_split_is_five_percent_of_the_text_in_one_shard_at_most(cap, size, tokenizer, val_tokens):
+    assert prepare_data._default_val_tokens(cap, size, tokenizer) == val_tokens
+
+
 def test_parallel_workers_write_the_same_shards_as_one(tmp_path, monkeypatch):
     monkeypatch.setattr(prepare_data, "BATCH_CHARS", 5_000)  # many batches in flight
     options = dict(num_tokens=200_000, shard_tokens=30_000)
