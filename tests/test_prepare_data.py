@@ -156,11 +156,14 @@ def test_the_default_val_split_is_five_percent_of_the_text_in_one_shard_at_most(
 
 
 def test_parallel_workers_write_the_same_shards_as_one(tmp_path, monkeypatch):
+    """--workers N forks N processes; one worker is a thread of this process (nothing to fork or pickle)."""
     monkeypatch.setattr(prepare_data, "BATCH_CHARS", 5_000)  # many batches in flight
-    options = dict(num_tokens=200_000, shard_tokens=30_000)
+    options, fork, forks = dict(num_tokens=200_000, shard_tokens=30_000), os.fork, []
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or fork())
     one = load_meta(prepare("pystdlib", tmp_path / "one", workers=1, **options))
+    assert not forks
     two = load_meta(prepare("pystdlib", tmp_path / "two", workers=2, **options))
-    assert one["shards"] == two["shards"] and len(one["shards"]["train"]) > 1
+    assert len(forks) == 2 and one["shards"] == two["shards"] and len(one["shards"]["train"]) > 1
 
 
 @needs_gpt2
