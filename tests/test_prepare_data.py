@@ -155,6 +155,11 @@ def test_the_default_val_split_is_five_percent_of_the_text_in_one_shard_at_most(
     assert prepare_data._default_val_tokens(cap, size, tokenizer) == val_tokens
 
 
+def test_a_build_holds_one_shard_in_memory_at_two_bytes_a_token(tmp_path):
+    writer = prepare_data._ShardWriter(tmp_path, {"eot_token": None}, shard_tokens=1000, val_tokens=10, cap=None)
+    assert writer.buffer.nbytes == 2 * 1000  # a 100M-token shard is 200 MB, not float64's 800
+
+
 def test_parallel_workers_write_the_same_shards_as_one(tmp_path, monkeypatch):
     """--workers N forks N processes; one worker is a thread of this process (nothing to fork or pickle)."""
     monkeypatch.setattr(prepare_data, "BATCH_CHARS", 5_000)  # many batches in flight
