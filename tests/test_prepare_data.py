@@ -167,8 +167,24 @@ def test_parallel_workers_write_the_same_shards_as_one(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "fork", lambda: forks.append(1) or fork())
     one = load_meta(prepare("pystdlib", tmp_path / "one", workers=1, **options))
     assert not forks
-    two = load_meta(prepare("pystdlib", tmp_path / "two", workers=2, **options))
-    assert len(forks) == 2 and one["shards"] == two["shards"] and len(one["shards"]["train"]) > 1
+    three = load_meta(prepare("pystdlib", tmp_path / "three", workers=3, **options))  # more than CI's cores
+    assert len(forks) == 3 and one["shards"] == three["shards"] and len(one["shards"]["train"]) > 1
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_tokenizing_reads_two_batches_a_worker_ahead_not_the_whole_stream(monkeypatch, workers):
+    pulled = []
+
+    def batches(docs):
+        for i in range(20):
+            pulled.append(i)
+            yield [(None, f"document {i}", True)]
+
+    monkeypatch.setattr(prepare_data, "_batches", batches)
+    tokenized = prepare_data._tokenized(iter(()), {"tokenizer": "char", "chars": "document 0123456789"}, workers)
+    labels, arrays = next(tokenized)
+    assert len(pulled) == 2 * workers and labels == [(None, True)] and len(arrays[0]) == len("document 0")
+    assert sum(1 for _ in tokenized) == 19 and len(pulled) == 20
 
 
 @needs_gpt2
