@@ -271,6 +271,24 @@ def test_a_stream_error_keeps_the_finished_shards_and_the_rerun_resumes_byte_for
     assert {name: (out / name).stat().st_mtime_ns for name in kept} == kept  # resumed, not rewritten
 
 
+@needs_gpt2
+def test_a_capped_build_stops_reading_its_stream_at_the_cap(tmp_path, monkeypatch):
+    read = []
+
+    def hub(dataset):  # fineweb_edu, 10,000 documents of about 20 tokens
+        def docs():
+            for i in range(10_000):
+                read.append(i)
+                yield None, f"Document {i}. " + "Some words of text, " * 3, True
+        return docs, "a long stream", None
+
+    monkeypatch.setattr(prepare_data, "_hub", hub)
+    monkeypatch.setattr(prepare_data, "BATCH_CHARS", 500)
+    out = prepare("fineweb_edu", tmp_path / "out", num_tokens=1000, val_tokens=100, workers=1)
+    assert load_meta(out)["tokens"] == {"val": 100, "train": 900}
+    assert len(read) < 100  # the ~50 documents the cap takes and two batches in flight, not the whole stream
+
+
 SLOW_BUILD = """import sys, prepare_data
 write, written = prepare_data.write_shard, []
 def write_and_say(path, tokens):
