@@ -289,6 +289,14 @@ def test_a_capped_build_stops_reading_its_stream_at_the_cap(tmp_path, monkeypatc
     assert len(read) < 100  # the ~50 documents the cap takes and two batches in flight, not the whole stream
 
 
+@needs_gpt2
+def test_an_empty_document_adds_no_separator(tmp_path, monkeypatch):
+    docs = [(None, "One.", True), (None, "", True), (None, "Two.", True)]
+    monkeypatch.setattr(prepare_data, "_hub", lambda dataset: (lambda: iter(docs), "three documents", None))
+    out = prepare("fineweb_edu", tmp_path / "out", val_tokens=1, workers=1)
+    assert split_text(out, "val") + split_text(out, "train") == "One.<|endoftext|>Two."
+
+
 SLOW_BUILD = """import sys, prepare_data
 write, written = prepare_data.write_shard, []
 def write_and_say(path, tokens):
