@@ -240,7 +240,7 @@ def test_a_crash_mid_write_leaves_no_meta_json_and_the_rerun_completes(tmp_path,
     assert "not prepared (no meta.json)" in error_of(load_meta, out)
     prepare("shakespeare_char", out, **options)
     clean = prepare("shakespeare_char", tmp_path / "clean", **options)
-    assert load_meta(out)["shards"] == load_meta(clean)["shards"] and not list(out.glob("*.tmp"))
+    assert load_meta(out) == load_meta(clean) and not list(out.glob("*.tmp"))
 
 
 @needs_gpt2
@@ -266,7 +266,7 @@ def test_a_stream_error_keeps_the_finished_shards_and_the_rerun_resumes_byte_for
     breaks_at[0] = None
     prepare("fineweb_edu", out, **options)
     clean = prepare("fineweb_edu", tmp_path / "clean", **options)
-    assert load_meta(out)["shards"] == load_meta(clean)["shards"]
+    assert load_meta(out) == load_meta(clean)  # the tokens counted, the shards, the arguments
     assert {p.name: p.read_bytes() for p in out.glob("*.bin")} == {p.name: p.read_bytes() for p in clean.glob("*.bin")}
     assert {name: (out / name).stat().st_mtime_ns for name in kept} == kept  # resumed, not rewritten
 
@@ -295,6 +295,36 @@ def test_an_empty_document_adds_no_separator(tmp_path, monkeypatch):
     monkeypatch.setattr(prepare_data, "_hub", lambda dataset: (lambda: iter(docs), "three documents", None))
     out = prepare("fineweb_edu", tmp_path / "out", val_tokens=1, workers=1)
     assert split_text(out, "val") + split_text(out, "train") == "One.<|endoftext|>Two."
+
+
+@needs_gpt2
+def test_the_progress_bar_counts_documents_and_tokens_on_stderr_where_it_is_a_terminal(tmp_path, monkeypatch):
+    bars = []
+
+    class Bar:  # tqdm's part that a build uses
+        def __init__(self, **options):
+            self.options, self.n, self.postfix = options, options["initial"], None
+            bars.append(self)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def update(self, n):
+            self.n += n
+
+        def set_postfix_str(self, text, refresh):
+            self.postfix = text
+
+    monkeypatch.setattr(prepare_data, "tqdm", Bar)
+    docs = [(None, f"Document {i}.", True) for i in range(7)]
+    monkeypatch.setattr(prepare_data, "_hub", lambda dataset: (lambda: iter(docs), "seven documents", None))
+    out = prepare("fineweb_edu", tmp_path / "out", val_tokens=2, workers=1)
+    options = dict(unit="doc", disable=None, file=sys.stderr, desc="tokenizing fineweb_edu", initial=0)
+    tokens = sum(load_meta(out)["tokens"].values())  # 3 a document, and 6 EOTs
+    assert [(bar.options, bar.n, bar.postfix) for bar in bars] == [(options, 7, f"{tokens:,} tokens")] and tokens == 27
 
 
 SLOW_BUILD = """import sys, prepare_data
