@@ -26,6 +26,11 @@ def split_tokens(out, split):
     return [t for s in load_meta(out)["shards"][split] for t in read_shard(out / s["file"]).tolist()]
 
 
+def hub_documents(monkeypatch, docs):
+    """The hub datasets (fineweb_edu) read docs(), (split, text, first) triples, in place of the hub."""
+    monkeypatch.setattr(prepare_data, "_hub", lambda dataset: (docs, "documents of a test", None))
+
+
 def split_text(out, split):
     """The decoded text of one split of a prepared folder, shards in order."""
     return get_tokenizer(load_meta(out))[1](split_tokens(out, split))
@@ -248,15 +253,13 @@ def test_a_stream_error_keeps_the_finished_shards_and_the_rerun_resumes_byte_for
     texts = [f"Document {i}. " + "Some words of text, " * (i % 11 + 1) for i in range(300)]
     breaks_at = [200]
 
-    def hub(dataset):  # fineweb_edu offline: its stream breaks after breaks_at[0] documents
-        def docs():
-            for i, text in enumerate(texts):
-                if i == breaks_at[0]:
-                    raise SystemExit("error: cannot read HuggingFaceFW/fineweb-edu: connection reset by peer")
-                yield None, text, True
-        return docs, "a stream of 300 documents", None
+    def docs():  # its stream breaks after breaks_at[0] documents
+        for i, text in enumerate(texts):
+            if i == breaks_at[0]:
+                raise SystemExit("error: cannot read HuggingFaceFW/fineweb-edu: connection reset by peer")
+            yield None, text, True
 
-    monkeypatch.setattr(prepare_data, "_hub", hub)
+    hub_documents(monkeypatch, docs)
     monkeypatch.setattr(prepare_data, "BATCH_CHARS", 500)  # batches tokenized before the break
     out, options = tmp_path / "out", dict(val_tokens=700, shard_tokens=1000, workers=1)
     message = error_of(prepare, "fineweb_edu", out, **options)  # one line: the error, then what was kept
@@ -275,14 +278,12 @@ def test_a_stream_error_keeps_the_finished_shards_and_the_rerun_resumes_byte_for
 def test_a_capped_build_stops_reading_its_stream_at_the_cap(tmp_path, monkeypatch):
     read = []
 
-    def hub(dataset):  # fineweb_edu, 10,000 documents of about 20 tokens
-        def docs():
-            for i in range(10_000):
-                read.append(i)
-                yield None, f"Document {i}. " + "Some words of text, " * 3, True
-        return docs, "a long stream", None
+    def docs():  # 10,000 documents of about 20 tokens
+        for i in range(10_000):
+            read.append(i)
+            yield None, f"Document {i}. " + "Some words of text, " * 3, True
 
-    monkeypatch.setattr(prepare_data, "_hub", hub)
+    hub_documents(monkeypatch, docs)
     monkeypatch.setattr(prepare_data, "BATCH_CHARS", 500)
     out = prepare("fineweb_edu", tmp_path / "out", num_tokens=1000, val_tokens=100, workers=1)
     assert load_meta(out)["tokens"] == {"val": 100, "train": 900}
@@ -291,8 +292,7 @@ def test_a_capped_build_stops_reading_its_stream_at_the_cap(tmp_path, monkeypatc
 
 @needs_gpt2
 def test_an_empty_document_adds_no_separator(tmp_path, monkeypatch):
-    docs = [(None, "One.", True), (None, "", True), (None, "Two.", True)]
-    monkeypatch.setattr(prepare_data, "_hub", lambda dataset: (lambda: iter(docs), "three documents", None))
+    hub_documents(monkeypatch, lambda: iter([(None, "One.", True), (None, "", True), (None, "Two.", True)]))
     out = prepare("fineweb_edu", tmp_path / "out", val_tokens=1, workers=1)
     assert split_text(out, "val") + split_text(out, "train") == "One.<|endoftext|>Two."
 
@@ -319,8 +319,7 @@ def test_the_progress_bar_counts_documents_and_tokens_on_stderr_where_it_is_a_te
             self.postfix = text
 
     monkeypatch.setattr(prepare_data, "tqdm", Bar)
-    docs = [(None, f"Document {i}.", True) for i in range(7)]
-    monkeypatch.setattr(prepare_data, "_hub", lambda dataset: (lambda: iter(docs), "seven documents", None))
+    hub_documents(monkeypatch, lambda: ((None, f"Document {i}.", True) for i in range(7)))
     out = prepare("fineweb_edu", tmp_path / "out", val_tokens=2, workers=1)
     options = dict(unit="doc", disable=None, file=sys.stderr, desc="tokenizing fineweb_edu", initial=0)
     tokens = sum(load_meta(out)["tokens"].values())  # 3 a document, and 6 EOTs
