@@ -1,5 +1,6 @@
 """measure.py: peak FLOP/s by a GPU's name, the speed and MFU of the steps between logs, rotation angles, the memory
 estimate."""
+import json
 import math
 import types
 
@@ -103,3 +104,99 @@ def test_the_memory_estimate_is_linear_in_n_layer_and_batch_size_and_a_blocks_sh
     wider = [measure.block_activation_bytes(tiny_gpt(2, n_embd=C).config, dtype) for C in (64, 96)]
     assert wider[1] - wider[0] == pytest.approx(wider[0] - per_block[0])
     assert per_block[0] < wider[0] <= 2 * per_block[0]
+
+
+def run_cfg(**settings):
+    """The settings banner, plan and memory_report read, as train.py's configure gives them."""
+    return types.SimpleNamespace(**dict(batch_size=4, block_size=16, peak_flops=None, parallel="ddp", dtype="float32",
+                                        activation_checkpointing=False, init_from="scratch", dataset="shakespeare_char",
+                                        compile=False) | settings)
+
+
+@pytest.mark.parametrize("world, accum, processes, micro", [(1, 1, "1 process", "1 micro-batch"),
+                                                            (2, 3, "2 processes", "3 micro-batches")])
+def test_the_banner_counts_the_tokens_per_step_and_ends_in_the_memory_line(world, accum, processes, micro):
+    model, cfg = tiny_gpt(), run_cfg()
+    lines = measure.banner(model, cfg, world, accum, "float32", "cpu").split("\n")
+    assert lines == [f"{model.get_num_params() / 1e6:.2f}M parameters on cpu in float32, {4 * 16 * world * accum:,} "
+                     f"tokens per step = {processes} x {micro} x 4 x 16",
+                     measure.memory_report(model, cfg, world, "float32", "cpu")]
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+@pytest.mark.parametrize("batch_size, device, where, unit", [(3, "cpu", "process", "MiB"), (20_000, "cuda:0", "GPU", "GiB")])
+def test_the_memory_line_sums_the_estimate_in_one_unit_and_names_the_other_setting(checkpointing, batch_size, device,
+                                                                                   where, unit):
+    """In GiB once the total passes one (20,000 sequences of this model's: about 2 GiB of activations)."""
+    model, cfg = tiny_gpt(), run_cfg(activation_checkpointing=checkpointing, batch_size=batch_size)
+    m, size = estimate(model, "float32", batch_size, checkpointing=checkpointing), 2**20 if unit == "MiB" else 2**30
+    parts = [m[k] / size for k in ("parameters", "gradients", "optimizer", "activations")]
+    assert measure.memory_report(model, cfg, 2, "float32", device) == (
+        f"memory per {where}, estimated: {parts[0]:.2f} parameters + {parts[1]:.2f} gradients + {parts[2]:.2f} "
+        f"optimizer + {parts[3]:.2f} activations = {sum(parts):.2f} {unit}; activations {m['switched'] / size:.2f} "
+        f"{unit} with activation_checkpointing={not checkpointing}")
+
+
+def test_the_peak_flops_setting_wins_and_a_cpu_has_none():
+    assert measure.device_peak_flops(run_cfg(), "cpu") == ("", None)
+    assert measure.device_peak_flops(run_cfg(peak_flops=3e14), "cpu") == ("", 3e14)
+
+
+@pytest.mark.parametrize("init_from, then", [("scratch", "makes shakespeare_char"), ("resume", "makes shakespeare_char"),
+                                             ("gpt2-medium", "loads OpenAI's gpt2-medium")])
+def test_a_dry_run_says_when_the_model_is_counted_without_a_config(init_from, then):
+    assert measure.plan(run_cfg(init_from=init_from), None, 1, 1, "cpu") == \
+        f"dry run: every check passed, nothing written; the model is counted once the run {then}"
+
+
+def test_a_dry_run_prints_the_banner_of_the_planned_model_built_on_the_meta_device():
+    model, cfg = tiny_gpt(), run_cfg(dtype="bfloat16")
+    state = torch.random.get_rng_state()
+    out = measure.plan(cfg, model.config, 2, 3, "cpu")
+    assert torch.equal(torch.random.get_rng_state(), state)  # nothing initialised: the meta device draws nothing
+    assert out == "dry run: every check passed, nothing written. The run:\n" + measure.banner(
+        model, cfg, 2, 3, "bfloat16", "cpu")
+
+
+def test_layer_stats_are_each_blocks_gradient_norm_output_rms_and_rotation_and_leave_grad_alone():
+    model = tiny_gpt(n_layer=3)
+    x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+    y = torch.roll(x, -1, 1)
+    stats = measure.layer_stats(model, x, y, torch.autocast("cpu", enabled=False))
+    assert all(p.grad is None for p in model.parameters())  # the run's accumulated gradients are not touched
+    outputs = []
+    hooks = [b.register_forward_hook(lambda m, args, out: outputs.append((args[0], out))) for b in model.transformer.h]
+    model(x, y)[1].backward()
+    for h in hooks:
+        h.remove()
+    grad_norm = [torch.cat([p.grad.flatten() for p in b.parameters()]).norm().item() for b in model.transformer.h]
+    assert stats["grad_norm"] == pytest.approx(grad_norm, rel=1e-5)
+    assert stats["resid_rms"] == pytest.approx([out.pow(2).mean().sqrt().item() for _, out in outputs], rel=1e-6)
+    assert stats["angle"] == pytest.approx([measure.rotation_angle(i, o) for i, o in outputs], rel=1e-6)
+    assert len(set(stats["grad_norm"])) == 3 and len(set(stats["angle"])) == 3  # one per block, in order
+
+
+def log_cfg(out_dir, wandb_log=False):
+    return types.SimpleNamespace(out_dir=str(out_dir), wandb_log=wandb_log, wandb_project="p", wandb_run_name="r")
+
+
+def test_the_log_records_json_lines_from_the_master_only_and_trims_to_the_step_resumed_from(tmp_path, capsys):
+    path = tmp_path / "log.jsonl"
+    measure.Log(log_cfg(tmp_path), None, master=False).record("train", iter=1)
+    assert not path.exists()  # another process's Log writes nothing
+    log = measure.Log(log_cfg(tmp_path), None, master=True)
+    log.record("eval", iter=0, val_loss=4.0)  # a run's first event: the evaluation before step 1
+    for step in (1, 2, 3):
+        log.record("train", iter=step, train_loss=1.0 / step)
+        assert json.loads(path.read_text().splitlines()[-1]) == dict(event="train", iter=step, train_loss=1.0 / step)
+    log.record("end", iter=3)
+    log.close()
+    measure.Log(log_cfg(tmp_path), 2, master=True).close()  # resumed at step 2: steps 0 to 2 kept, no end
+    assert [json.loads(line)["iter"] for line in path.read_text().splitlines()] == [0, 1, 2]
+    measure.Log(log_cfg(tmp_path), None, master=True).close()  # a new run's log starts empty
+    assert path.read_text() == ""
+    log = measure.Log(log_cfg(tmp_path, wandb_log=True), None, master=True)
+    log.record("train", iter=1)
+    log.close()
+    assert capsys.readouterr().out == "wandb_log=True but wandb is not installed: logging to log.jsonl only\n"
+    assert json.loads(path.read_text()) == dict(event="train", iter=1)
