@@ -124,7 +124,8 @@ def test_the_banner_counts_the_tokens_per_step_and_ends_in_the_memory_line(world
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
-@pytest.mark.parametrize("batch_size, device, where, unit", [(3, "cpu", "process", "MiB"), (20_000, "cuda:0", "GPU", "GiB")])
+@pytest.mark.parametrize("batch_size, device, where, unit", [(3, "cpu", "process", "MiB"),
+                                                            (20_000, "cuda:0", "GPU", "GiB")])
 def test_the_memory_line_sums_the_estimate_in_one_unit_and_names_the_other_setting(checkpointing, batch_size, device,
                                                                                    where, unit):
     """In GiB once the total passes one (20,000 sequences of this model's: about 2 GiB of activations)."""
@@ -142,7 +143,8 @@ def test_the_peak_flops_setting_wins_and_a_cpu_has_none():
     assert measure.device_peak_flops(run_cfg(peak_flops=3e14), "cpu") == ("", 3e14)
 
 
-@pytest.mark.parametrize("init_from, then", [("scratch", "makes shakespeare_char"), ("resume", "makes shakespeare_char"),
+@pytest.mark.parametrize("init_from, then", [("scratch", "makes shakespeare_char"),
+                                             ("resume", "makes shakespeare_char"),
                                              ("gpt2-medium", "loads OpenAI's gpt2-medium")])
 def test_a_dry_run_says_when_the_model_is_counted_without_a_config(init_from, then):
     assert measure.plan(run_cfg(init_from=init_from), None, 1, 1, "cpu") == \
