@@ -250,8 +250,7 @@ def save_run(cfg, proc, raw_model, optimizer, meta, run):
     t0, fields = time.time(), dict(model_args=dataclasses.asdict(raw_model.config), iter_num=run.step,
                                    evaluated=run.evaluated == run.step, best_val_loss=run.best_val,
                                    config=vars(cfg), meta=meta)
-    save_checkpoint(Path(cfg.out_dir), raw_model, optimizer, fields, cfg.parallel == "fsdp",
-                               proc.master)
+    save_checkpoint(Path(cfg.out_dir), raw_model, optimizer, fields, cfg.parallel == "fsdp", proc.master)
     run.saved = run.step
     proc.say(f"checkpoint of step {run.step} saved in {time.time() - t0:.1f} s", flush=True)
 
@@ -294,9 +293,11 @@ def remove_checkpoints(out_dir, keep):
     folders ckpt-STEP (a link never points at a half-deleted folder). Until then a reader takes the newer
     (find_checkpoint)."""
     whole = out_dir / "ckpt.pt"
-    for path in [whole, sums_path(whole), out_dir / "ckpt", *sorted(out_dir.glob("ckpt-*"))]:
+    folders = sorted(p for p in out_dir.glob("ckpt-*") if re.fullmatch(r"ckpt-\d+", p.name) and p.is_dir()
+                     and not p.is_symlink())  # ckpt-notes.txt, a link: the user's, not a save's
+    for path in [whole, sums_path(whole), out_dir / "ckpt", *folders]:
         if path.name not in keep and (path.is_symlink() or path.exists()):
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+            shutil.rmtree(path) if path in folders else path.unlink()
 
 
 def read_events(path):

@@ -16,6 +16,8 @@ import torch
 import checkpoint
 from conftest import ROOT, error_of
 
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # DCP in one process: meant
+
 
 def touch(path, mtime, text="x"):
     path.write_text(text)
@@ -182,18 +184,24 @@ def test_where_a_run_stands_from_scratch_and_from_a_checkpoint():
 
 
 def test_only_the_checkpoints_not_kept_are_deleted_links_before_their_folders(tmp_path):
+    """The user's files that look like a save's (ckpt-notes.txt, a folder ckpt-old, a link ckpt-7 to their own
+    folder) stay: only ckpt-STEP folders are a save's."""
+    users = ["ckpt-notes.txt", "ckpt-old", "ckpt-7", "mine"]
     for name in ("ckpt.pt", "ckpt.pt.crc32.json", "ckpt.pt.tmp", "log.jsonl", "ckpt-notes.txt"):
         (tmp_path / name).write_text("x")
-    for folder in ("ckpt-10", "ckpt-20"):
+    for folder in ("ckpt-10", "ckpt-20", "ckpt-old", "mine"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "shard").write_text("x")
+    (tmp_path / "ckpt-7").symlink_to("mine")
     (tmp_path / "ckpt").symlink_to("ckpt-10")
     checkpoint.remove_checkpoints(tmp_path, keep={"ckpt", "ckpt-10"})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ckpt-10", "ckpt.pt.tmp", "log.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ckpt", "ckpt-10", "ckpt.pt.tmp", "log.jsonl",
+                                                                 *users])
     (tmp_path / "ckpt-10" / "shard").unlink()
     (tmp_path / "ckpt-10").rmdir()  # the link left dangling: deleted as a link
     checkpoint.remove_checkpoints(tmp_path, keep=set())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt.tmp", "log.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ckpt.pt.tmp", "log.jsonl", *users])
+    assert (tmp_path / "mine" / "shard").exists() and (tmp_path / "ckpt-old" / "shard").exists()
 
 
 def write_log(folder, events):
@@ -270,3 +278,131 @@ def test_the_provenance_names_the_code_s_revision_wherever_it_runs_and_the_libra
         raise FileNotFoundError("git")
     monkeypatch.setattr(subprocess, "run", no_git)
     assert checkpoint.provenance()["git"] is None
+
+
+# ------------------------------------------------------------ save, load, restore: a tiny model, no training
+
+def tiny_run(seed=0, vocab_size=48):
+    """A tiny model and its AdamW after one step on made-up gradients: every moment non-zero."""
+    from model import GPT, GPTConfig
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=vocab_size))
+    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    optimizer.step()
+    return model, optimizer
+
+
+META = dict(tokenizer="char", vocab_size=40, eot_token=None, chars=[chr(97 + i) for i in range(39)] + ["\n"])
+
+
+def fields(step):
+    return dict(model_args=dict(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=48), iter_num=step,
+                evaluated=True, best_val_loss=1.5, config=dict(dataset="chars"), meta=META)
+
+
+def save(out_dir, model, optimizer, step, sharded):
+    checkpoint.save_checkpoint(out_dir, model, optimizer, fields(step), sharded, master=True)
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_a_checkpoint_saved_restores_the_model_and_adams_moments_but_not_its_hyperparameters(tmp_path, sharded):
+    """Whole or sharded (DCP in one process), the folder then holds the checkpoint, its checksums and nothing
+    else; a fresh model and AdamW restored from it equal the saved, state for state, while the new optimizer's
+    learning rate, weight decay and betas stay (the settings of now)."""
+    model, optimizer = tiny_run()
+    save(tmp_path, model, optimizer, 10, sharded)
+    names = ["ckpt", "ckpt-10"] if sharded else ["ckpt.pt", "ckpt.pt.crc32.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == names
+    if sharded:
+        assert os.readlink(tmp_path / "ckpt") == "ckpt-10"  # relative: the folder can move
+    ckpt = checkpoint.load_checkpoint(str(tmp_path))
+    assert {k: ckpt[k] for k in fields(10)} == fields(10)
+    fresh, adam = tiny_run(seed=1)
+    for group in adam.param_groups:
+        group.update(lr=0.5, betas=(0.8, 0.9), weight_decay=group["weight_decay"] and 0.3)
+    now = [{k: v for k, v in g.items() if k != "params"} for g in adam.param_groups]
+    checkpoint.restore(fresh, adam, ckpt, str(tmp_path))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), fresh.state_dict().values()))
+    for p, q in zip(model.parameters(), fresh.parameters()):
+        assert all(torch.equal(optimizer.state[p][k], adam.state[q][k]) for k in ("step", "exp_avg", "exp_avg_sq"))
+    assert [{k: v for k, v in g.items() if k != "params"} for g in adam.param_groups] == now
+
+
+def test_a_whole_checkpoint_keys_adams_state_by_parameter_name_as_a_sharded_one_does(tmp_path):
+    model, optimizer = tiny_run()
+    save(tmp_path, model, optimizer, 10, sharded=False)
+    state = torch.load(tmp_path / "ckpt.pt", weights_only=True)["optimizer"]["state"]
+    assert sorted(state) == sorted(name for name, _ in model.named_parameters())
+
+
+def test_each_save_replaces_the_last_of_either_kind_and_records_the_checksums_of_the_file_it_replaces(tmp_path):
+    model, optimizer = tiny_run()
+    save(tmp_path, model, optimizer, 10, sharded=False)
+    first = json.loads((tmp_path / "ckpt.pt.crc32.json").read_text())
+    assert first == dict(files=checkpoint.checksums([tmp_path / "ckpt.pt"]))  # the first: nothing replaced
+    save(tmp_path, model, optimizer, 20, sharded=True)
+    save(tmp_path, model, optimizer, 30, sharded=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ckpt-30"]
+    assert checkpoint.load_checkpoint(str(tmp_path))["iter_num"] == 30
+    assert sorted(p.name for p in (tmp_path / "ckpt-30").iterdir()) == sorted(
+        [".metadata", "__0_0.distcp", "run.json", "checksums.json"])
+    save(tmp_path, model, optimizer, 40, sharded=False)
+    save(tmp_path, model, optimizer, 50, sharded=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt", "ckpt.pt.crc32.json"]
+    record = json.loads((tmp_path / "ckpt.pt.crc32.json").read_text())
+    assert set(record) == {"files", "previous"} and record["previous"] != record["files"]
+    assert record["files"] == checkpoint.checksums([tmp_path / "ckpt.pt"])
+    assert checkpoint.load_checkpoint(str(tmp_path))["iter_num"] == 50
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_load_model_gives_the_saved_model_in_eval_mode_less_its_vocabulary_padding(tmp_path, sharded):
+    model, optimizer = tiny_run()
+    save(tmp_path, model, optimizer, 10, sharded)
+    loaded, meta = checkpoint.load_model(str(tmp_path), "cpu")
+    assert meta == META and not loaded.training
+    weights = model.state_dict()
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(tensor, weights[name][:40] if name == "lm_head.weight" else weights[name]), name
+    assert loaded.lm_head.weight.shape == (40, 16)  # the 8 padding ids have no text: never sampled
+
+
+def test_a_run_saves_its_step_and_where_it_stands_and_says_so(tmp_path, capsys):
+    model, optimizer = tiny_run()
+    cfg = SimpleNamespace(out_dir=str(tmp_path), parallel="ddp", dataset="chars")
+    run = checkpoint.Progress(step=7, best_val=2.5, evaluated=None, saved=5)
+    proc = SimpleNamespace(master=True, say=print)
+    checkpoint.save_run(cfg, proc, model, optimizer, META, run)
+    assert run.saved == 7
+    ckpt = checkpoint.load_checkpoint(str(tmp_path))
+    assert {k: ckpt[k] for k in ("iter_num", "evaluated", "best_val_loss", "config", "meta")} == dict(
+        iter_num=7, evaluated=False, best_val_loss=2.5, config=vars(cfg), meta=META)
+    assert ckpt["model_args"]["vocab_size"] == 48 and ckpt["model_args"]["n_embd"] == 16
+    assert checkpoint.Progress.of(ckpt) == checkpoint.Progress(7, 2.5, None, 7)  # the evaluation still due
+    out = capsys.readouterr().out
+    assert out.startswith("checkpoint of step 7 saved in ") and out.endswith(" s\n")
+    run.evaluated = 7
+    checkpoint.save_run(cfg, SimpleNamespace(master=False, say=lambda *a, **k: None), model, optimizer, META, run)
+    assert checkpoint.load_checkpoint(str(tmp_path))["evaluated"] is False  # another process writes no ckpt.pt
+
+
+def test_a_checkpoint_that_does_not_fit_the_model_is_one_line_for_resume_and_for_readers(tmp_path):
+    model, optimizer = tiny_run()
+    save(tmp_path, model, optimizer, 10, sharded=False)
+    from model import GPT, GPTConfig
+    wider = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=8, vocab_size=48))
+    message = error_of(checkpoint.restore, wider, torch.optim.AdamW(wider.parameters()),
+                       checkpoint.load_checkpoint(str(tmp_path)), str(tmp_path))
+    assert message.startswith(f"error: the checkpoint in {tmp_path} does not fit these settings (")
+    assert message.endswith("): resume with the model settings it was trained with")
+    assert error_of(checkpoint.load_checkpoint, str(tmp_path / "none")) == (
+        f"error: init_from='resume' but {tmp_path / 'none'} holds no checkpoint (ckpt.pt or ckpt/): set out_dir, "
+        "or train from scratch first")
+    assert error_of(checkpoint.load_model, str(tmp_path / "none"), "cpu") == (
+        f"error: no folder {tmp_path / 'none'}; train a model into it first: python train.py "
+        f"--out_dir={tmp_path / 'none'}")
+    (tmp_path / "empty").mkdir()
+    assert error_of(checkpoint.load_model, str(tmp_path / "empty"), "cpu") == (
+        f"error: no checkpoint in {tmp_path / 'empty'} (ckpt.pt or ckpt/); train.py writes one when it evaluates")
