@@ -1,0 +1,196 @@
+"""devices.py in this process: the device and dtype settings, the launch checks' one-line errors, micro-batches per
+process, one voice under torchrun, a process group of one, how a model is wrapped, and the signal counter. What
+needs several processes (DDP, FSDP over 2, a signal to one of them) is tests/test_fsdp.py's and
+test_reliability.py's."""
+import os
+import signal
+import types
+from contextlib import nullcontext
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import devices
+from conftest import error_of
+from model import GPT, GPTConfig
+
+
+@pytest.fixture
+def alone(monkeypatch):
+    """No torchrun around: none of its variables set."""
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_auto_is_this_machines_device_and_one_that_is_not_here_is_one_line(alone):
+    assert devices.pick_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert devices.pick_device("cpu") == "cpu"
+    if not torch.cuda.is_available():
+        message = error_of(devices.pick_device, "cuda")
+        assert message.startswith("error: device 'cuda' is not usable here (") and message.endswith(")")
+        alone.setenv("LOCAL_RANK", "3")  # under torchrun a GPU is the process's own
+        assert error_of(devices.pick_device, "cuda").startswith("error: device 'cuda:3' is not usable here (")
+    assert error_of(devices.pick_device, "tpu").startswith("error: device 'tpu' is not usable here (")
+
+
+def test_the_world_planned_is_torchruns_world_size_else_one(alone):
+    assert devices.planned_world() == 1
+    alone.setenv("WORLD_SIZE", "8")
+    assert devices.planned_world() == 8
+
+
+def test_launches_that_cannot_run_are_one_line_before_any_process_group(alone):
+    if torch.cuda.is_available():
+        pytest.skip("checks a machine without CUDA")
+    assert devices.check_launch("cpu", "gloo", "fsdp") == devices.check_launch("auto", "auto", "ddp") == "cpu"
+    assert error_of(devices.check_launch, "cpu", "nccl", "ddp") == (
+        "error: backend='nccl' runs on CUDA GPUs only, and device is 'cpu': use backend='gloo', or 'auto' (nccl "
+        "on CUDA, gloo on CPU)")
+    meta = "meta"  # a device torch makes tensors on, but no process group's
+    assert devices.check_launch(meta, "auto", "ddp") == "meta"  # one process: any device
+    for parallel, world in (("fsdp", "1"), ("ddp", "2")):
+        alone.setenv("WORLD_SIZE", world)
+        assert error_of(devices.check_launch, meta, "auto", parallel) == (
+            "error: parallel='fsdp' and torchrun's processes run on cuda or cpu, not 'meta': choose one of those "
+            "devices")
+
+
+def steps(world, batch_size=4, block_size=8, accum=None, total=0):
+    cfg = types.SimpleNamespace(batch_size=batch_size, block_size=block_size, gradient_accumulation_steps=accum,
+                                total_batch_size=total)
+    return devices.accumulation_steps(cfg, world), cfg.gradient_accumulation_steps
+
+
+@pytest.mark.parametrize("world, accum, total, per_process, written", [
+    (1, None, 0, 1, 1), (4, None, 0, 1, 4),  # None: one micro-batch per process
+    (1, 6, 0, 6, 6), (3, 6, 0, 2, 6), (6, 6, 0, 1, 6),
+    (1, None, 32 * 6, 6, 6), (2, 4, 32 * 6, 3, 6),  # total_batch_size wins over gradient_accumulation_steps
+    (3, None, 32 * 6, 2, 6),
+])
+def test_micro_batches_per_process_split_the_steps_global_count(world, accum, total, per_process, written):
+    """32 tokens a micro-batch; the global count is written back (config.json, a resume on another world)."""
+    assert steps(world, accum=accum, total=total) == (per_process, written)
+
+
+def test_a_count_that_does_not_split_is_one_line_naming_the_multiple_to_use():
+    assert error_of(steps, 4, accum=6) == (
+        "error: gradient_accumulation_steps=6 does not split over 4 processes: make it a multiple of 4, or None "
+        "(one micro-batch per process)")
+    assert error_of(steps, 1, total=100) == (
+        "error: total_batch_size=100 is not a multiple of batch_size * block_size = 32: change one of them")
+    assert error_of(steps, 4, total=32 * 6) == (
+        "error: total_batch_size=192 makes 6 micro-batches of 32 tokens, which do not split over 4 processes: "
+        "make it a multiple of 128")
+    assert error_of(steps, 1, block_size=0, total=64) == (  # block_size 0 (the model's check names it): no crash
+        "error: total_batch_size=64 is not a multiple of batch_size * block_size = 0: change one of them")
+
+
+@pytest.mark.parametrize("rank, code", [("0", "error: x"), ("1", 1), ("2", 1), (None, "error: x")])
+def test_under_torchrun_process_0_alone_prints_the_error_and_every_process_exits_1(alone, rank, code):
+    if rank is not None:
+        alone.setenv("RANK", rank)
+    with pytest.raises(SystemExit) as e, devices.one_voice():
+        raise SystemExit("error: x")
+    assert e.value.code == code
+    with pytest.raises(SystemExit) as e, devices.one_voice():
+        raise SystemExit(3)  # a status, not a message: every process's own
+    assert e.value.code == 3
+    with devices.one_voice():
+        pass
+
+
+def test_without_torchrun_a_process_is_rank_0_of_1_and_fsdp_gets_a_group_of_one(alone):
+    assert devices.setup_distributed("cpu") == (0, 1, "cpu")
+    assert not dist.is_initialized()
+    try:
+        assert devices.setup_distributed("cpu", "auto", group=True) == (0, 1, "cpu")
+        assert dist.get_backend() == "gloo"  # auto on a CPU
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_process_of_a_run_has_its_device_dtype_context_and_micro_batches(alone):
+    cfg = types.SimpleNamespace(backend="auto", parallel="ddp", dtype="bfloat16")
+    proc = devices.start(cfg, "cpu", 3)
+    assert (proc.rank, proc.world, proc.device, proc.dtype, proc.accum) == (0, 1, "cpu", "bfloat16", 3)
+    assert isinstance(proc.ctx, torch.autocast) and proc.ctx.fast_dtype == torch.bfloat16 and proc.master
+    assert not dist.is_initialized()  # ddp alone: no group
+    assert isinstance(devices.start(types.SimpleNamespace(**vars(cfg) | dict(dtype="auto")), "cpu", 1).ctx,
+                      nullcontext)
+
+
+def test_dtype_auto_is_bfloat16_on_cuda_only_and_float32_runs_without_autocast():
+    assert [devices.pick_dtype("auto", d) for d in ("cuda", "cuda:1", "cpu", "mps")] == \
+        ["bfloat16", "bfloat16", "float32", "float32"]
+    assert devices.pick_dtype("float32", "cuda") == "float32" and devices.pick_dtype("bfloat16", "cpu") == "bfloat16"
+    assert isinstance(devices.autocast("cpu", "float32"), nullcontext)
+    ctx = devices.autocast("cpu", "bfloat16")
+    with ctx:
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+
+
+def test_only_the_master_speaks(capsys):
+    for rank in (0, 1):
+        proc = devices.Process(rank, 2, "cpu", "float32", nullcontext(), 1)
+        assert proc.master == (rank == 0)
+        proc.say("hello", 2, sep="-", end="!\n")
+    assert capsys.readouterr().out == "hello-2!\n"
+
+
+def test_compile_none_compiles_on_cuda_only():
+    for setting, device, compiled in ((None, "cuda:0", True), (None, "cpu", False), (True, "cpu", True),
+                                      (False, "cuda", False)):
+        assert devices.compiles(types.SimpleNamespace(compile=setting), device) is compiled
+
+
+def tiny():
+    torch.manual_seed(0)
+    return GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_one_ddp_process_trains_the_model_itself_each_block_checkpointed_when_asked(checkpointing):
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+    model = tiny()
+    cfg = types.SimpleNamespace(compile=False, parallel="ddp", activation_checkpointing=checkpointing)
+    train_model, eval_model = devices.parallelize(model, cfg, devices.Process(0, 1, "cpu", "float32", None, 1))
+    assert train_model is eval_model is model  # no wrapper for one process
+    assert [isinstance(b, CheckpointWrapper) for b in model.transformer.h] == [checkpointing] * 2
+
+
+def test_compile_wraps_the_model_for_ddp_and_each_block_for_fsdp(alone):
+    model = tiny()
+    cfg = types.SimpleNamespace(compile=True, parallel="ddp", activation_checkpointing=False)
+    train_model, eval_model = devices.parallelize(model, cfg, devices.Process(0, 1, "cpu", "float32", None, 1))
+    assert train_model is eval_model and isinstance(train_model, torch._dynamo.eval_frame.OptimizedModule)
+    assert train_model._orig_mod is model
+    assert [b._compiled_call_impl for b in model.transformer.h] == [None, None]  # one graph: the whole model's
+    devices.setup_distributed("cpu", group=True)
+    try:
+        from torch.distributed.fsdp import FSDPModule
+        for compiled in (True, False):
+            model = tiny()
+            cfg.parallel, cfg.compile = "fsdp", compiled
+            train_model, eval_model = devices.parallelize(model, cfg, devices.Process(0, 1, "cpu", "float32", None, 1))
+            assert train_model is eval_model is model and isinstance(model, FSDPModule)
+            assert [isinstance(b, FSDPModule) for b in model.transformer.h] == [True, True]
+            assert [b._compiled_call_impl is not None for b in model.transformer.h] == [compiled] * 2
+    finally:
+        dist.destroy_process_group()
+
+
+def test_signals_are_counted_and_the_handlers_from_before_come_back(capfd):
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    signals = devices.Signals()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # two SIGINTs: still a stop after the step, not at once
+        assert signals.received == [signal.SIGTERM, signal.SIGINT, signal.SIGINT]
+    finally:
+        signals.restore()
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    line = "{}: saving a checkpoint after this step (the third SIGINT stops at once)\n"
+    assert capfd.readouterr().err == line.format("SIGTERM") + 2 * line.format("SIGINT")
