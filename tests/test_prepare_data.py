@@ -249,29 +249,49 @@ def test_a_crash_mid_write_leaves_no_meta_json_and_the_rerun_completes(tmp_path,
 
 
 @needs_gpt2
-def test_a_stream_error_keeps_the_finished_shards_and_the_rerun_resumes_byte_for_byte(tmp_path, monkeypatch):
+@pytest.mark.parametrize("error, line", [
+    (SystemExit("error: cannot read HuggingFaceFW/fineweb-edu: connection reset by peer"),
+     "error: cannot read HuggingFaceFW/fineweb-edu: connection reset by peer"),  # the hub's own one line
+    (OSError("[Errno 28] No space left on device\nwhile writing"),
+     "error: OSError: [Errno 28] No space left on device")])
+def test_a_stream_error_keeps_the_finished_shards_and_the_rerun_resumes_byte_for_byte(tmp_path, monkeypatch, capsys,
+                                                                                      error, line):
+    """The error in one line, then what was kept; the rerun says how many shards it resumes after, and its
+    speed counts only the tokens it wrote (a clock that reads 100, then 104: 4 seconds)."""
     texts = [f"Document {i}. " + "Some words of text, " * (i % 11 + 1) for i in range(300)]
     breaks_at = [200]
 
     def docs():  # its stream breaks after breaks_at[0] documents
         for i, text in enumerate(texts):
             if i == breaks_at[0]:
-                raise SystemExit("error: cannot read HuggingFaceFW/fineweb-edu: connection reset by peer")
+                raise error
             yield None, text, True
 
     hub_documents(monkeypatch, docs)
     monkeypatch.setattr(prepare_data, "BATCH_CHARS", 500)  # batches tokenized before the break
     out, options = tmp_path / "out", dict(val_tokens=700, shard_tokens=1000, workers=1)
-    message = error_of(prepare, "fineweb_edu", out, **options)  # one line: the error, then what was kept
-    assert "connection reset" in message and message.endswith("the same command resumes after them")
+    assert error_of(prepare, "fineweb_edu", out, **options) == (
+        f"{line}; kept the finished shards in {out}: the same command resumes after them")
     kept = {p.name: p.stat().st_mtime_ns for p in out.glob("*.bin")}
     assert len(kept) > 2 and not (out / "meta.json").exists()
+    resumed = sum(json.loads((out / "progress.json").read_text())["mark"]["tokens"].values())  # where it goes on
     breaks_at[0] = None
+    capsys.readouterr()
+    clock = iter([100.0, 104.0])
+    monkeypatch.setattr(prepare_data, "time", type("Clock", (), dict(time=staticmethod(lambda: next(clock)))))
     prepare("fineweb_edu", out, **options)
+    meta, said = load_meta(out), capsys.readouterr()
+    n = meta["tokens"]
+    assert said.err.startswith(f"resuming the build of {out} after its {len(kept)} finished shards\n")
+    assert said.out == (f"wrote {n['train']:,} train + {n['val']:,} val tokens ({meta['tokenizer']}, vocab "
+                        f"{meta['vocab_size']:,}) to {out} in 4.0s, {(n['train'] + n['val'] - resumed) / 4:,.0f} "
+                        "tokens/s\n")
+    monkeypatch.setattr(prepare_data, "time", time)
     clean = prepare("fineweb_edu", tmp_path / "clean", **options)
     assert load_meta(out) == load_meta(clean)  # the tokens counted, the shards, the arguments
     assert {p.name: p.read_bytes() for p in out.glob("*.bin")} == {p.name: p.read_bytes() for p in clean.glob("*.bin")}
     assert {name: (out / name).stat().st_mtime_ns for name in kept} == kept  # resumed, not rewritten
+    assert not (out / "progress.json").exists()
 
 
 @needs_gpt2
@@ -386,6 +406,21 @@ def test_bad_input_gets_a_one_line_error_and_no_output(tmp_path):
     assert "--workers" in error_of(prepare, "pystdlib", out, workers=-1)
     assert "no training tokens" in error_of(prepare, "pystdlib", out, num_tokens=1000, val_tokens=1000)
     assert not out.exists()
+    (tmp_path / "a.txt").write_text("a")  # its split is nanoGPT's 90/10 of the text: no --val_tokens to lower
+    assert error_of(prepare, "shakespeare_char", out, inputs=[str(tmp_path / "a.txt")]) == (
+        "error: no training tokens: all 1 tokens of the text are held out; use more text")
+    assert [p.name for p in out.iterdir()] == [".lock"]  # found while tokenizing: only the lock is left
+
+
+@needs_gpt2
+def test_a_text_wholly_held_out_once_tokenized_is_one_line_and_leaves_nothing(tmp_path):
+    """A GPT-2 token is a byte or more, so --val_tokens below 4x the bytes passes the first check; the build
+    then finds every token held out."""
+    (tmp_path / "a.txt").write_text("one two three four five six seven eight nine ten\n")  # 51 bytes, 11 tokens
+    out = tmp_path / "out"
+    assert error_of(prepare, "text", out, inputs=[str(tmp_path / "a.txt")], tokenizer="gpt2", val_tokens=100) == (
+        "error: no training tokens: all 11 tokens of the text are held out; lower --val_tokens or use more text")
+    assert [p.name for p in out.iterdir()] == [".lock"]
 
 
 def test_non_utf8_bytes_are_replaced_and_counted(tmp_path, capsys):
