@@ -45,6 +45,7 @@ def test_launches_that_cannot_run_are_one_line_before_any_process_group(alone):
     if torch.cuda.is_available():
         pytest.skip("checks a machine without CUDA")
     assert devices.check_launch("cpu", "gloo", "fsdp") == devices.check_launch("auto", "auto", "ddp") == "cpu"
+    alone.setattr(dist, "is_nccl_available", lambda: True)  # a CUDA build's torch: still not on a CPU
     assert error_of(devices.check_launch, "cpu", "nccl", "ddp") == (
         "error: backend='nccl' runs on CUDA GPUs only, and device is 'cpu': use backend='gloo', or 'auto' (nccl "
         "on CUDA, gloo on CPU)")
@@ -71,7 +72,8 @@ def steps(world, batch_size=4, block_size=8, accum=None, total=0):
 ])
 def test_micro_batches_per_process_split_the_steps_global_count(world, accum, total, per_process, written):
     """32 tokens a micro-batch; the global count is written back (config.json, a resume on another world)."""
-    assert steps(world, accum=accum, total=total) == (per_process, written)
+    counts = steps(world, accum=accum, total=total)
+    assert counts == (per_process, written) and all(type(n) is int for n in counts)  # range() takes them
 
 
 def test_a_count_that_does_not_split_is_one_line_naming_the_multiple_to_use():
@@ -112,13 +114,29 @@ def test_without_torchrun_a_process_is_rank_0_of_1_and_fsdp_gets_a_group_of_one(
 
 
 def test_the_process_of_a_run_has_its_device_dtype_context_and_micro_batches(alone):
-    cfg = types.SimpleNamespace(backend="auto", parallel="ddp", dtype="bfloat16")
+    cfg = types.SimpleNamespace(backend="gloo", parallel="ddp", dtype="bfloat16")
     proc = devices.start(cfg, "cpu", 3)
     assert (proc.rank, proc.world, proc.device, proc.dtype, proc.accum) == (0, 1, "cpu", "bfloat16", 3)
     assert isinstance(proc.ctx, torch.autocast) and proc.ctx.fast_dtype == torch.bfloat16 and proc.master
     assert not dist.is_initialized()  # ddp alone: no group
     assert isinstance(devices.start(types.SimpleNamespace(**vars(cfg) | dict(dtype="auto")), "cpu", 1).ctx,
                       nullcontext)
+    try:
+        proc = devices.start(types.SimpleNamespace(**vars(cfg) | dict(parallel="fsdp")), "cpu", 1)
+        assert dist.is_initialized() and dist.get_world_size() == 1  # fsdp shards over a group, of one here
+    finally:
+        dist.destroy_process_group()
+
+
+def test_processes_leave_together_and_the_barrier_stays_referenced(alone):
+    devices.setup_distributed("cpu", group=True)
+    try:
+        before = len(devices.FINAL_BARRIER)
+        devices.leave_together()
+        assert len(devices.FINAL_BARRIER) == before + 1 and devices.FINAL_BARRIER[-1].is_completed()
+    finally:
+        dist.destroy_process_group()
+        devices.FINAL_BARRIER.clear()
 
 
 def test_dtype_auto_is_bfloat16_on_cuda_only_and_float32_runs_without_autocast():
@@ -194,3 +212,23 @@ def test_signals_are_counted_and_the_handlers_from_before_come_back(capfd):
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
     line = "{}: saving a checkpoint after this step (the third SIGINT stops at once)\n"
     assert capfd.readouterr().err == line.format("SIGTERM") + 2 * line.format("SIGINT")
+
+
+def test_the_third_sigint_stops_at_once_by_sigints_own_default(monkeypatch, capfd):
+    """Called as the signals would call it: the third SIGINT (SIGTERMs between do not count) puts back SIGINT's
+    default action and sends it again, which ends the process (here the kill is recorded instead)."""
+    kills = []
+    monkeypatch.setattr(os, "kill", lambda pid, signum: kills.append((pid, signum)))
+    signals = devices.Signals()
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGINT):
+            signals.on_signal(signum, None)
+        assert kills == [] and signal.getsignal(signal.SIGINT) == signals.on_signal
+        signals.on_signal(signal.SIGINT, None)
+        assert kills == [(os.getpid(), signal.SIGINT)] and signal.getsignal(signal.SIGINT) == signal.SIG_DFL
+    finally:
+        signals.restore()
+    line = "{}: saving a checkpoint after this step (the third SIGINT stops at once)\n"
+    assert capfd.readouterr().err == (line.format("SIGINT") + line.format("SIGTERM") + line.format("SIGINT")
+                                      + "SIGINT three times: stopping now, without a checkpoint\n"
+                                      + line.format("SIGINT"))

@@ -35,7 +35,12 @@ def test_throughput_leaves_the_first_step_out_and_each_window_holds_its_own_step
     assert window == pytest.approx(dict(ms_per_iter=200.0, tokens_per_s=4 * 8 * 3 * 2 / 0.2, mfu=12 / 0.2 / 2,
                                         timed_steps=2))
     assert speed.describe(window, 13) == ", 200.0 ms/iter, 960 tokens/s, mfu 3000.0%"
+    assert speed.describe(window, 12).endswith(" (step 11 untimed: warming up)")  # the first log_interval's log
     assert speed.overall(13) == pytest.approx(2 * 192 / 0.4)
+    cfg.compile = True
+    fresh = measure.Throughput(model, cfg, world=1, accum=1, device="cpu", first_step=0)
+    assert fresh.overall(1) is None  # nothing timed yet
+    assert fresh.describe(fresh.window(), 1) == " (step 1 untimed: compiling, warming up)"
 
 
 def test_rotation_angle_is_exact_for_small_and_large_angles():
