@@ -369,20 +369,24 @@ def test_load_model_gives_the_saved_model_in_eval_mode_less_its_vocabulary_paddi
     assert loaded.lm_head.weight.shape == (40, 16)  # the 8 padding ids have no text: never sampled
 
 
-def test_a_run_saves_its_step_and_where_it_stands_and_says_so(tmp_path, capsys):
+@pytest.mark.parametrize("parallel, saved", [("ddp", "ckpt.pt"), ("fsdp", "ckpt")])
+def test_a_run_saves_its_step_and_where_it_stands_and_says_so(tmp_path, capsys, monkeypatch, parallel, saved):
     model, optimizer = tiny_run()
-    cfg = SimpleNamespace(out_dir=str(tmp_path), parallel="ddp", dataset="chars")
+    cfg = SimpleNamespace(out_dir=str(tmp_path), parallel=parallel, dataset="chars")
     run = checkpoint.Progress(step=7, best_val=2.5, evaluated=None, saved=5)
     proc = SimpleNamespace(master=True, say=print)
+    clock = iter([10.0, 12.25] * 2)
+    monkeypatch.setattr(checkpoint, "time", SimpleNamespace(time=lambda: next(clock)))
     checkpoint.save_run(cfg, proc, model, optimizer, META, run)
-    assert run.saved == 7
+    assert run.saved == 7 and checkpoint.find_checkpoint(tmp_path).name == saved  # fsdp's: sharded
     ckpt = checkpoint.load_checkpoint(str(tmp_path))
     assert {k: ckpt[k] for k in ("iter_num", "evaluated", "best_val_loss", "config", "meta")} == dict(
         iter_num=7, evaluated=False, best_val_loss=2.5, config=vars(cfg), meta=META)
     assert ckpt["model_args"]["vocab_size"] == 48 and ckpt["model_args"]["n_embd"] == 16
     assert checkpoint.Progress.of(ckpt) == checkpoint.Progress(7, 2.5, None, 7)  # the evaluation still due
-    out = capsys.readouterr().out
-    assert out.startswith("checkpoint of step 7 saved in ") and out.endswith(" s\n")
+    assert capsys.readouterr().out == "checkpoint of step 7 saved in 2.2 s\n"
+    if parallel == "fsdp":
+        return
     run.evaluated = 7
     checkpoint.save_run(cfg, SimpleNamespace(master=False, say=lambda *a, **k: None), model, optimizer, META, run)
     assert checkpoint.load_checkpoint(str(tmp_path))["evaluated"] is False  # another process writes no ckpt.pt

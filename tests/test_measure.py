@@ -2,6 +2,7 @@
 estimate."""
 import json
 import math
+import sys
 import types
 
 import pytest
@@ -43,12 +44,15 @@ def test_throughput_leaves_the_first_step_out_and_each_window_holds_its_own_step
     assert fresh.describe(fresh.window(), 1) == " (step 1 untimed: compiling, warming up)"
 
 
-def test_rotation_angle_is_exact_for_small_and_large_angles():
+def test_rotation_angle_is_exact_for_small_and_large_angles_and_the_mean_over_tokens():
     theta = torch.tensor([1e-4, 0.5, 3.0, math.pi - 1e-3])
     x = torch.stack([torch.ones_like(theta), torch.zeros_like(theta), torch.zeros_like(theta)], -1)  # (4, 3)
     y = torch.stack([torch.cos(theta), torch.sin(theta), torch.zeros_like(theta)], -1) * 7.0
     for t, xi, yi in zip(theta, x, y):
         assert measure.rotation_angle(xi.view(1, 1, 3), yi.view(1, 1, 3)) == pytest.approx(t.item(), rel=1e-3)
+    lengths = torch.tensor([1.0, 2.0, 3.0, 4.0]).view(2, 2, 1)  # tokens of other lengths: each its own angle
+    assert measure.rotation_angle(x.view(2, 2, 3) * lengths, y.view(2, 2, 3) * lengths.flip(0)) == \
+        pytest.approx(theta.mean().item(), rel=1e-4)
 
 
 def tiny_gpt(n_layer=2, n_embd=32):
@@ -122,8 +126,9 @@ def run_cfg(**settings):
                                                             (2, 3, "2 processes", "3 micro-batches")])
 def test_the_banner_counts_the_tokens_per_step_and_ends_in_the_memory_line(world, accum, processes, micro):
     model, cfg = tiny_gpt(), run_cfg()
+    model.get_num_params = lambda: 1_125_001  # 1.125001M: 1.13M in millions, 1.12 in anything a little larger
     lines = measure.banner(model, cfg, world, accum, "float32", "cpu").split("\n")
-    assert lines == [f"{model.get_num_params() / 1e6:.2f}M parameters on cpu in float32, {4 * 16 * world * accum:,} "
+    assert lines == [f"1.13M parameters on cpu in float32, {4 * 16 * world * accum:,} "
                      f"tokens per step = {processes} x {micro} x 4 x 16",
                      measure.memory_report(model, cfg, world, "float32", "cpu")]
 
@@ -156,13 +161,14 @@ def test_a_dry_run_says_when_the_model_is_counted_without_a_config(init_from, th
         f"dry run: every check passed, nothing written; the model is counted once the run {then}"
 
 
-def test_a_dry_run_prints_the_banner_of_the_planned_model_built_on_the_meta_device():
-    model, cfg = tiny_gpt(), run_cfg(dtype="bfloat16")
+@pytest.mark.parametrize("dtype, runs_in", [("bfloat16", "bfloat16"), ("auto", "float32")])
+def test_a_dry_run_prints_the_banner_of_the_planned_model_built_on_the_meta_device(dtype, runs_in):
+    model, cfg = tiny_gpt(), run_cfg(dtype=dtype)
     state = torch.random.get_rng_state()
     out = measure.plan(cfg, model.config, 2, 3, "cpu")
     assert torch.equal(torch.random.get_rng_state(), state)  # nothing initialised: the meta device draws nothing
     assert out == "dry run: every check passed, nothing written. The run:\n" + measure.banner(
-        model, cfg, 2, 3, "bfloat16", "cpu")
+        model, cfg, 2, 3, runs_in, "cpu")
 
 
 def test_layer_stats_are_each_blocks_gradient_norm_output_rms_and_rotation_and_leave_grad_alone():
@@ -207,3 +213,18 @@ def test_the_log_records_json_lines_from_the_master_only_and_trims_to_the_step_r
     log.close()
     assert capsys.readouterr().out == "wandb_log=True but wandb is not installed: logging to log.jsonl only\n"
     assert json.loads(path.read_text()) == dict(event="train", iter=1)
+
+
+def test_wandb_gets_the_run_settings_and_each_events_fields_at_its_step(tmp_path, monkeypatch):
+    calls = []
+    wandb = types.ModuleType("wandb")
+    wandb.init = lambda **kwargs: calls.append(("init", kwargs))
+    wandb.log = lambda fields, **kwargs: calls.append(("log", fields, kwargs))
+    monkeypatch.setitem(sys.modules, "wandb", wandb)
+    cfg = log_cfg(tmp_path, wandb_log=True)
+    log = measure.Log(cfg, None, master=True)
+    log.record("train", iter=5, train_loss=2.0)
+    log.close()
+    assert calls == [("init", dict(project="p", name="r", config=vars(cfg))),
+                     ("log", dict(iter=5, train_loss=2.0), dict(step=5))]
+    assert json.loads((tmp_path / "log.jsonl").read_text()) == dict(event="train", iter=5, train_loss=2.0)
