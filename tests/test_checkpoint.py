@@ -397,10 +397,10 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_one_line_for_resume_and_for
     save(tmp_path, model, optimizer, 10, sharded=False)
     from model import GPT, GPTConfig
     wider = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=8, vocab_size=48))
-    message = error_of(checkpoint.restore, wider, torch.optim.AdamW(wider.parameters()),
-                       checkpoint.load_checkpoint(str(tmp_path)), str(tmp_path))
-    assert message.startswith(f"error: the checkpoint in {tmp_path} does not fit these settings (")
-    assert message.endswith("): resume with the model settings it was trained with")
+    assert error_of(checkpoint.restore, wider, torch.optim.AdamW(wider.parameters()),
+                    checkpoint.load_checkpoint(str(tmp_path)), str(tmp_path)) == (
+        f"error: the checkpoint in {tmp_path} does not fit these settings (RuntimeError: Error(s) in loading "
+        "state_dict for GPT:): resume with the model settings it was trained with")
     assert error_of(checkpoint.load_checkpoint, str(tmp_path / "none")) == (
         f"error: init_from='resume' but {tmp_path / 'none'} holds no checkpoint (ckpt.pt or ckpt/): set out_dir, "
         "or train from scratch first")
@@ -410,3 +410,19 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_one_line_for_resume_and_for
     (tmp_path / "empty").mkdir()
     assert error_of(checkpoint.load_model, str(tmp_path / "empty"), "cpu") == (
         f"error: no checkpoint in {tmp_path / 'empty'} (ckpt.pt or ckpt/); train.py writes one when it evaluates")
+
+
+def test_resume_checks_the_checkpoint_before_loading_it_and_one_that_does_not_load_is_one_line(tmp_path, capsys):
+    model, optimizer = tiny_run()
+    save(tmp_path, model, optimizer, 10, sharded=False)
+    data = bytearray((tmp_path / "ckpt.pt").read_bytes())
+    data[len(data) // 2] ^= 1  # one bit of a tensor: torch.load would read it without a word
+    (tmp_path / "ckpt.pt").write_bytes(bytes(data))
+    assert error_of(checkpoint.load_checkpoint, str(tmp_path)) == (
+        f"error: {tmp_path / 'ckpt.pt'} is damaged: its checksum differs from the one recorded at its save "
+        "(ckpt.pt.crc32.json); copy it again, or delete the checkpoint and train again")
+    assert checkpoint.load_checkpoint(str(tmp_path), check=False)["iter_num"] == 10  # another process: unchecked
+    (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
+    (tmp_path / "ckpt.pt.crc32.json").unlink()  # an older normgpt's: no checksums, loaded unchecked
+    assert error_of(checkpoint.load_checkpoint, str(tmp_path)) == (
+        f"error: cannot load {tmp_path / 'ckpt.pt'} (UnpicklingError): delete it and train with init_from='scratch'")

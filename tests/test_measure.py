@@ -123,26 +123,51 @@ def run_cfg(**settings):
 
 
 @pytest.mark.parametrize("world, accum, processes, micro", [(1, 1, "1 process", "1 micro-batch"),
-                                                            (2, 3, "2 processes", "3 micro-batches")])
+                                                            (2, 2, "2 processes", "2 micro-batches")])
 def test_the_banner_counts_the_tokens_per_step_and_ends_in_the_memory_line(world, accum, processes, micro):
-    model, cfg = tiny_gpt(), run_cfg()
+    model, cfg = tiny_gpt(), run_cfg(parallel="fsdp")
     model.get_num_params = lambda: 1_125_001  # 1.125001M: 1.13M in millions, 1.12 in anything a little larger
-    lines = measure.banner(model, cfg, world, accum, "float32", "cpu").split("\n")
-    assert lines == [f"1.13M parameters on cpu in float32, {4 * 16 * world * accum:,} "
+    lines = measure.banner(model, cfg, world, accum, "bfloat16", "cpu").split("\n")
+    assert lines == [f"1.13M parameters on cpu in bfloat16, {4 * 16 * world * accum:,} "
                      f"tokens per step = {processes} x {micro} x 4 x 16",
-                     measure.memory_report(model, cfg, world, "float32", "cpu")]
+                     measure.memory_report(model, cfg, world, "bfloat16", "cpu")]
+
+
+@pytest.fixture
+def gpu_named(monkeypatch):
+    """torch.cuda.get_device_name answering as a GPU of the name given would; the devices asked about."""
+    asked = []
+
+    def name(gpu):
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: asked.append(device) or gpu)
+        return asked
+    return name
+
+
+def test_a_gpus_peak_is_looked_up_by_its_name_and_one_not_in_the_table_asks_for_peak_flops(gpu_named):
+    asked = gpu_named("NVIDIA H100 PCIe")
+    assert measure.device_peak_flops(run_cfg(), "cuda:1") == ("NVIDIA H100 PCIe", 756e12) and asked == ["cuda:1"]
+    model = tiny_gpt()
+    assert measure.banner(model, run_cfg(), 1, 1, "bfloat16", "cuda:1").startswith(
+        f"{model.get_num_params() / 1e6:.2f}M parameters on NVIDIA H100 PCIe in bfloat16, 64 tokens per step")
+    gpu_named("NVIDIA A10G")
+    first = measure.banner(model, run_cfg(), 1, 1, "bfloat16", "cuda").split("\n")[0]
+    assert first.endswith("x 4 x 16; set peak_flops for MFU on a NVIDIA A10G")
+    assert "peak_flops" not in measure.banner(model, run_cfg(peak_flops=1e14), 1, 1, "bfloat16", "cuda")
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
 @pytest.mark.parametrize("batch_size, device, where, unit", [(3, "cpu", "process", "MiB"),
-                                                            (20_000, "cuda:0", "GPU", "GiB")])
+                                                            (40_000, "cuda:0", "GPU", "GiB")])
 def test_the_memory_line_sums_the_estimate_in_one_unit_and_names_the_other_setting(checkpointing, batch_size, device,
                                                                                    where, unit):
-    """In GiB once the total passes one (20,000 sequences of this model's: about 2 GiB of activations)."""
-    model, cfg = tiny_gpt(), run_cfg(activation_checkpointing=checkpointing, batch_size=batch_size)
-    m, size = estimate(model, "float32", batch_size, checkpointing=checkpointing), 2**20 if unit == "MiB" else 2**30
+    """In GiB once the total passes one (40,000 sequences of this model's in bf16: over 1.8 GiB of activations)."""
+    model = tiny_gpt()
+    cfg = run_cfg(activation_checkpointing=checkpointing, batch_size=batch_size, parallel="fsdp")
+    m = estimate(model, "bfloat16", batch_size, "fsdp", 2, checkpointing)  # the processes, dtype: as given
+    size = 2**20 if unit == "MiB" else 2**30
     parts = [m[k] / size for k in ("parameters", "gradients", "optimizer", "activations")]
-    assert measure.memory_report(model, cfg, 2, "float32", device) == (
+    assert measure.memory_report(model, cfg, 2, "bfloat16", device) == (
         f"memory per {where}, estimated: {parts[0]:.2f} parameters + {parts[1]:.2f} gradients + {parts[2]:.2f} "
         f"optimizer + {parts[3]:.2f} activations = {sum(parts):.2f} {unit}; activations {m['switched'] / size:.2f} "
         f"{unit} with activation_checkpointing={not checkpointing}")
