@@ -369,6 +369,44 @@ def test_load_model_gives_the_saved_model_in_eval_mode_less_its_vocabulary_paddi
     assert loaded.lm_head.weight.shape == (40, 16)  # the 8 padding ids have no text: never sampled
 
 
+def test_load_model_keeps_a_tied_head_tied_when_there_is_no_padding(tmp_path):
+    model, optimizer = tiny_run()
+    checkpoint.save_checkpoint(tmp_path, model, optimizer, fields(10) | dict(meta=META | dict(vocab_size=48)),
+                               sharded=False, master=True)
+    loaded, _ = checkpoint.load_model(str(tmp_path), "cpu")
+    assert loaded.lm_head.weight is loaded.transformer.wte.weight
+
+
+def test_readers_check_the_checkpoint_and_name_one_they_cannot_read_or_fit(tmp_path, capsys):
+    """load_model (sample.py, eval.py) checks the checksums as a resume does; an older normgpt's checkpoint,
+    without them, loads with a notice; one written by other means (a pickle of anything, not only tensors) is
+    not unpickled; one whose settings model.py does not have is one line."""
+    model, optimizer = tiny_run()
+    save(tmp_path, model, optimizer, 10, sharded=False)
+    checkpoint.load_model(str(tmp_path), "cpu")
+    assert capsys.readouterr().err == ""  # checked: no notice
+    path, data = tmp_path / "ckpt.pt", bytearray((tmp_path / "ckpt.pt").read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+    assert error_of(checkpoint.load_model, str(tmp_path), "cpu") == (
+        f"error: {path} is damaged: its checksum differs from the one recorded at its save (ckpt.pt.crc32.json); "
+        "copy it again, or delete the checkpoint and train again")
+    save(tmp_path, model, optimizer, 10, sharded=False)
+    (tmp_path / "ckpt.pt.crc32.json").unlink()
+    checkpoint.load_model(str(tmp_path), "cpu")
+    assert capsys.readouterr().err == (f"notice: {path} has no checksums (ckpt.pt.crc32.json): saved by an older "
+                                       "normgpt, so loaded unchecked\n")
+    torch.save(dict(model=model.state_dict(), anything=SimpleNamespace(a=1)), path)  # not weights only
+    message = error_of(checkpoint.load_model, str(tmp_path), "cpu")
+    assert message.startswith(f"error: {path} is not a readable checkpoint (UnpicklingError: Weights only load "
+                              "failed") and message.endswith("it may be truncated or from elsewhere: train again or "
+                                                             "copy it again")
+    torch.save(fields(10) | dict(model=model.state_dict(), model_args=dict(n_layer=2, n_mixers=3)), path)
+    assert error_of(checkpoint.load_model, str(tmp_path), "cpu") == (
+        f"error: {path} does not fit this model.py (TypeError: GPTConfig.__init__() got an unexpected keyword "
+        "argument 'n_mixers'); train it again")
+
+
 @pytest.mark.parametrize("parallel, saved", [("ddp", "ckpt.pt"), ("fsdp", "ckpt")])
 def test_a_run_saves_its_step_and_where_it_stands_and_says_so(tmp_path, capsys, monkeypatch, parallel, saved):
     model, optimizer = tiny_run()
@@ -425,4 +463,4 @@ def test_resume_checks_the_checkpoint_before_loading_it_and_one_that_does_not_lo
     (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
     (tmp_path / "ckpt.pt.crc32.json").unlink()  # an older normgpt's: no checksums, loaded unchecked
     assert error_of(checkpoint.load_checkpoint, str(tmp_path)) == (
-        f"error: cannot load {tmp_path / 'ckpt.pt'} (UnpicklingError): delete it and train with init_from='scratch'")
+        f"error: cannot load {tmp_path / 'ckpt.pt'} (RuntimeError): delete it and train with init_from='scratch'")

@@ -113,6 +113,20 @@ def test_without_torchrun_a_process_is_rank_0_of_1_and_fsdp_gets_a_group_of_one(
         dist.destroy_process_group()
 
 
+def test_under_torchrun_a_process_joins_the_group_its_variables_describe(alone):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for name, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT=str(port)).items():
+        alone.setenv(name, value)
+    try:
+        assert devices.setup_distributed("cpu") == (0, 1, "cpu") and dist.is_initialized()
+    finally:
+        dist.destroy_process_group()
+
+
 def test_the_process_of_a_run_has_its_device_dtype_context_and_micro_batches(alone):
     cfg = types.SimpleNamespace(backend="gloo", parallel="ddp", dtype="bfloat16")
     proc = devices.start(cfg, "cpu", 3)
@@ -171,11 +185,39 @@ def tiny():
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_one_ddp_process_trains_the_model_itself_each_block_checkpointed_when_asked(checkpointing):
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
-    model = tiny()
-    cfg = types.SimpleNamespace(compile=False, parallel="ddp", activation_checkpointing=checkpointing)
+    model, x = tiny(), torch.arange(16).view(2, 8)
+    loss = model(x, x)[1]
+    cfg = types.SimpleNamespace(compile=None, parallel="ddp", activation_checkpointing=checkpointing)
     train_model, eval_model = devices.parallelize(model, cfg, devices.Process(0, 1, "cpu", "float32", None, 1))
-    assert train_model is eval_model is model  # no wrapper for one process
+    assert train_model is eval_model is model  # no wrapper for one process, no compiling on a CPU by default
     assert [isinstance(b, CheckpointWrapper) for b in model.transformer.h] == [checkpointing] * 2
+    assert torch.equal(train_model(x, x)[1], loss)  # each wrapper holds its block
+
+
+def test_ddp_wraps_the_model_of_several_processes_and_evaluates_the_model_inside(alone):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    devices.setup_distributed("cpu", group=True)  # DDP needs a group; proc says 2 processes
+    try:
+        model = tiny()
+        cfg = types.SimpleNamespace(compile=False, parallel="ddp", activation_checkpointing=False)
+        train_model, eval_model = devices.parallelize(model, cfg, devices.Process(0, 2, "cpu", "float32", None, 1))
+        assert isinstance(train_model, DDP) and train_model.module is model and eval_model is model
+        assert train_model.device_ids is None and train_model.gradient_as_bucket_view  # CPU: no device ids
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fsdp_on_a_cpu_keeps_fp32_weights_whatever_the_dtype(alone, dtype):
+    """bf16 weights gathered for the blocks are CUDA's only: CPU autocast computes in the weights' dtype."""
+    devices.setup_distributed("cpu", group=True)
+    try:
+        model = tiny()
+        cfg = types.SimpleNamespace(compile=False, parallel="fsdp", activation_checkpointing=False)
+        devices.parallelize(model, cfg, devices.Process(0, 1, "cpu", dtype, None, 1))
+        assert [b._get_fsdp_state()._mp_policy.param_dtype for b in model.transformer.h] == [None, None]
+    finally:
+        dist.destroy_process_group()
 
 
 def test_compile_wraps_the_model_for_ddp_and_each_block_for_fsdp(alone):
