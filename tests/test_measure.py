@@ -1,5 +1,6 @@
 """measure.py: peak FLOP/s by a GPU's name, the speed and MFU of the steps between logs, rotation angles, the memory
 estimate."""
+import dataclasses
 import json
 import math
 import sys
@@ -253,3 +254,26 @@ def test_wandb_gets_the_run_settings_and_each_events_fields_at_its_step(tmp_path
     assert calls == [("init", dict(project="p", name="r", config=vars(cfg))),
                      ("log", dict(iter=5, train_loss=2.0), dict(step=5))]
     assert json.loads((tmp_path / "log.jsonl").read_text()) == dict(event="train", iter=5, train_loss=2.0)
+
+
+def test_a_blocks_bytes_are_what_autograd_keeps_per_token_for_one_block_counted_at_full_width():
+    """An independent count: the whole model (48 wide, 2 heads: not the 8 and 16 per head the estimate counts
+    at) on 3 sequences, 1 and 2 blocks deep at 32 and 64 tokens; the difference per token is one block's."""
+    from model import GPT, GPTConfig
+    config = GPTConfig(n_layer=1, n_head=2, n_embd=48, block_size=64, vocab_size=64, bias=False)
+
+    def kept(n_layer, T):
+        torch.manual_seed(0)
+        model, storages = GPT(dataclasses.replace(config, n_layer=n_layer)).eval(), {}
+        x = torch.zeros(3, T, dtype=torch.long)
+
+        def pack(t):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = model(x, x)[1]  # noqa: F841 (alive while counting)
+        return sum(storages.values())
+    counted = (kept(2, 64) - kept(1, 64) - kept(2, 32) + kept(1, 32)) / (3 * 32)
+    assert measure.block_activation_bytes(config, "float32") == pytest.approx(counted, rel=0.01)
+    narrow = [measure.block_activation_bytes(config, "float32", width) for width in (16, 32)]
+    assert narrow[0] < narrow[1] < counted  # each counted at its own width
