@@ -348,6 +348,11 @@ def test_each_save_replaces_the_last_of_either_kind_and_records_the_checksums_of
     assert checkpoint.load_checkpoint(str(tmp_path))["iter_num"] == 30
     assert sorted(p.name for p in (tmp_path / "ckpt-30").iterdir()) == sorted(
         [".metadata", "__0_0.distcp", "run.json", "checksums.json"])
+    assert sorted(json.loads((tmp_path / "ckpt-30" / "checksums.json").read_text())["files"]) == sorted(
+        [".metadata", "__0_0.distcp", "run.json"])  # every file but the record itself
+    (tmp_path / "ckpt.tmp").symlink_to("ckpt-30")  # a link a kill left before its rename
+    save(tmp_path, model, optimizer, 35, sharded=True)
+    assert os.readlink(tmp_path / "ckpt") == "ckpt-35" and not (tmp_path / "ckpt.tmp").is_symlink()
     save(tmp_path, model, optimizer, 40, sharded=False)
     save(tmp_path, model, optimizer, 50, sharded=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt", "ckpt.pt.crc32.json"]
@@ -355,6 +360,10 @@ def test_each_save_replaces_the_last_of_either_kind_and_records_the_checksums_of
     assert set(record) == {"files", "previous"} and record["previous"] != record["files"]
     assert record["files"] == checkpoint.checksums([tmp_path / "ckpt.pt"])
     assert checkpoint.load_checkpoint(str(tmp_path))["iter_num"] == 50
+    (tmp_path / "ckpt.pt.crc32.json").unlink()  # an older normgpt's ckpt.pt, without checksums: replaced alike
+    save(tmp_path, model, optimizer, 60, sharded=False)
+    assert json.loads((tmp_path / "ckpt.pt.crc32.json").read_text()) == dict(
+        files=checkpoint.checksums([tmp_path / "ckpt.pt"]))
 
 
 @pytest.mark.parametrize("sharded", [False, True])

@@ -32,7 +32,11 @@ def test_auto_is_this_machines_device_and_one_that_is_not_here_is_one_line(alone
         assert message.startswith("error: device 'cuda' is not usable here (") and message.endswith(")")
         alone.setenv("LOCAL_RANK", "3")  # under torchrun a GPU is the process's own
         assert error_of(devices.pick_device, "cuda").startswith("error: device 'cuda:3' is not usable here (")
-    assert error_of(devices.pick_device, "tpu").startswith("error: device 'tpu' is not usable here (")
+    try:
+        torch.empty(0, device="tpu")
+    except RuntimeError as e:
+        why = f"RuntimeError: {str(e).splitlines()[0]}"
+    assert error_of(devices.pick_device, "tpu") == f"error: device 'tpu' is not usable here ({why})"
 
 
 def test_the_world_planned_is_torchruns_world_size_else_one(alone):

@@ -256,11 +256,14 @@ def test_wandb_gets_the_run_settings_and_each_events_fields_at_its_step(tmp_path
     assert json.loads((tmp_path / "log.jsonl").read_text()) == dict(event="train", iter=5, train_loss=2.0)
 
 
-def test_a_blocks_bytes_are_what_autograd_keeps_per_token_for_one_block_counted_at_full_width():
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_a_blocks_bytes_are_what_autograd_keeps_per_token_for_one_block_counted_at_full_width(arch):
     """An independent count: the whole model (48 wide, 2 heads: not the 8 and 16 per head the estimate counts
-    at) on 3 sequences, 1 and 2 blocks deep at 32 and 64 tokens; the difference per token is one block's."""
+    at) on 3 sequences, 1 and 2 blocks deep at 32 and 64 tokens; the difference per token is one block's. The
+    llama MLP's 128 is a multiple of 64 as it is of 1, which the narrow copies keep (at 64 they would not)."""
     from model import GPT, GPTConfig
-    config = GPTConfig(n_layer=1, n_head=2, n_embd=48, block_size=64, vocab_size=64, bias=False)
+    config = GPTConfig(n_layer=1, n_head=2, n_embd=48, block_size=64, vocab_size=64, bias=False, arch=arch,
+                       multiple_of=64)
 
     def kept(n_layer, T):
         torch.manual_seed(0)
