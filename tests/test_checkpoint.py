@@ -302,6 +302,13 @@ def fields(step):
                 evaluated=True, best_val_loss=1.5, config=dict(dataset="chars"), meta=META)
 
 
+def flip_a_bit(path):
+    """One bit in the middle of the file, of a tensor: torch.load would read it without a word."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+
+
 def save(out_dir, model, optimizer, step, sharded):
     checkpoint.save_checkpoint(out_dir, model, optimizer, fields(step), sharded, master=True)
 
@@ -394,9 +401,8 @@ def test_readers_check_the_checkpoint_and_name_one_they_cannot_read_or_fit(tmp_p
     save(tmp_path, model, optimizer, 10, sharded=False)
     checkpoint.load_model(str(tmp_path), "cpu")
     assert capsys.readouterr().err == ""  # checked: no notice
-    path, data = tmp_path / "ckpt.pt", bytearray((tmp_path / "ckpt.pt").read_bytes())
-    data[len(data) // 2] ^= 1
-    path.write_bytes(bytes(data))
+    path = tmp_path / "ckpt.pt"
+    flip_a_bit(path)
     assert error_of(checkpoint.load_model, str(tmp_path), "cpu") == (
         f"error: {path} is damaged: its checksum differs from the one recorded at its save (ckpt.pt.crc32.json); "
         "copy it again, or delete the checkpoint and train again")
@@ -462,9 +468,7 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_one_line_for_resume_and_for
 def test_resume_checks_the_checkpoint_before_loading_it_and_one_that_does_not_load_is_one_line(tmp_path, capsys):
     model, optimizer = tiny_run()
     save(tmp_path, model, optimizer, 10, sharded=False)
-    data = bytearray((tmp_path / "ckpt.pt").read_bytes())
-    data[len(data) // 2] ^= 1  # one bit of a tensor: torch.load would read it without a word
-    (tmp_path / "ckpt.pt").write_bytes(bytes(data))
+    flip_a_bit(tmp_path / "ckpt.pt")
     assert error_of(checkpoint.load_checkpoint, str(tmp_path)) == (
         f"error: {tmp_path / 'ckpt.pt'} is damaged: its checksum differs from the one recorded at its save "
         "(ckpt.pt.crc32.json); copy it again, or delete the checkpoint and train again")

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
@@ -278,7 +279,7 @@ def test_a_stream_error_keeps_the_finished_shards_and_the_rerun_resumes_byte_for
     breaks_at[0] = None
     capsys.readouterr()
     clock = iter([100.0, 104.0])
-    monkeypatch.setattr(prepare_data, "time", type("Clock", (), dict(time=staticmethod(lambda: next(clock)))))
+    monkeypatch.setattr(prepare_data, "time", types.SimpleNamespace(time=lambda: next(clock)))
     prepare("fineweb_edu", out, **options)
     meta, said = load_meta(out), capsys.readouterr()
     n = meta["tokens"]
