@@ -131,7 +131,8 @@ def _pystdlib():
 
 def _stream(what, fix, *args, **kwargs):
     """Rows of datasets.load_dataset(*args) streamed; its errors become one line that names the fix."""
-    from datasets import load_dataset
+    from datasets import load_dataset, logging
+    logging.set_verbosity(logging.CRITICAL)  # its logged error (a broken .jsonl's) would be a line before ours
     try:
         yield from load_dataset(*args, split="train", streaming=True, **kwargs)
     except Exception as e:
@@ -165,7 +166,8 @@ def _text_files(inputs, column):
         groups[BUILDERS[path.suffix.lower()]].append(str(path))
 
     def rows(builder, files):
-        for row in _stream(f"{files[0]} ({len(files)} {builder} files)", "check them", builder, data_files=files):
+        what = f"{files[0]} ({len(files)} {builder} file{'s' * (len(files) > 1)})"
+        for row in _stream(what, "check them", builder, data_files=files):
             if column not in row:
                 raise SystemExit(f"error: {files[0]} has no column {column!r} (it has {', '.join(row)}); "
                                  "pass --text_column NAME")
@@ -178,7 +180,8 @@ def _text_files(inputs, column):
     for builder in groups.keys() - {"text"}:  # a wrong --text_column is an argument error: found before any output
         next(rows(builder, groups[builder]), None)
     files = [f for group in groups.values() for f in group]
-    return docs, f"{len(files)} local files: {', '.join(files)}", sum(os.path.getsize(f) for f in files)
+    described = f"{len(files)} local file{'s' * (len(files) > 1)}: {', '.join(files)}"
+    return docs, described, sum(os.path.getsize(f) for f in files)
 
 
 def _hub(dataset):
@@ -426,13 +429,15 @@ def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
         raise SystemExit(f"{e.code if isinstance(e, SystemExit) else 'error: ' + first_line(e)}; {kept}")
     if not writer.tokens["train"]:  # a mistake in the arguments, not a failure to resume from: nothing is kept
         _clear(out)
+        if not writer.tokens["val"]:  # GPT-2's empty text (char-level's is found before the build)
+            raise SystemExit(f"error: no text in {meta['source']}")
         fix = "lower --val_tokens or use more text" if None in writer.streams else "use more text"  # shakespeare*
         raise SystemExit(f"error: no training tokens: all {writer.tokens['val']:,} tokens of the text are held out; "
                          f"{fix}")
     write_json(out / "meta.json", {**meta, "tokens": writer.tokens, "shards": writer.shards})
     (out / PROGRESS).unlink(missing_ok=True)
-    if _replaced["bytes"]:
-        print(f"warning: {_replaced['bytes']:,} bytes of invalid UTF-8 were replaced with U+FFFD", file=sys.stderr)
+    if bad := _replaced["bytes"]:
+        print(f"warning: replaced {bad:,} byte{'s' * (bad > 1)} of invalid UTF-8 with U+FFFD", file=sys.stderr)
     n, seconds = writer.tokens, time.time() - t0
     print(f"wrote {n['train']:,} train + {n['val']:,} val tokens "
           f"({meta['tokenizer']}, vocab {meta['vocab_size']:,}) "

@@ -259,20 +259,7 @@ def test_per_block_compile_under_fsdp_trains_and_saves_as_eager(data_dir, tmp_pa
     checkpoint.load_model(str(tmp_path / "compiled"), "cpu")  # no _orig_mod. or wrapper prefixes in the keys
 
 
-def test_out_of_memory_is_one_line_naming_the_levers(data_dir, tmp_path, monkeypatch):
-    def oom(*args, **kwargs):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
-    monkeypatch.setattr(train, "train_step", oom)
-    with pytest.raises(SystemExit) as error:
-        train.main([f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--max_iters=2"])
-    message = str(error.value.code)
-    assert message.startswith("error: out of memory") and "\n" not in message
-    assert all(lever in message for lever in ("batch_size", "activation_checkpointing=True", "parallel='fsdp'"))
-
-
-def test_settings_that_fsdp_cannot_serve_are_one_line_errors():
-    with pytest.raises(SystemExit, match="^error: log_layer_stats needs the whole model"):
-        train.configure(["--parallel=fsdp", "--log_layer_stats=True"])
+def test_parallel_is_ddp_or_fsdp():  # what fsdp cannot serve: test_train.py's test_what_train_py_itself_says_is_whole
     with pytest.raises(SystemExit, match="^error: parallel must be one of ddp, fsdp, got 'zero3'"):
         train.configure(["--parallel=zero3"])
 

@@ -1,5 +1,7 @@
 """prepare_data.py: round trips, splits, atomic and idempotent builds, offline errors."""
+import contextlib
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -10,6 +12,7 @@ import subprocess
 import sys
 import time
 import types
+import urllib.error
 
 import numpy as np
 import pytest
@@ -429,13 +432,31 @@ def test_non_utf8_bytes_are_replaced_and_counted(tmp_path, capsys):
     (tmp_path / "in.txt").write_bytes(b"caf\xe9 au lait\n" * 10 + b"\xff\xe2\x82 end\n")
     out = prepare("shakespeare_char", tmp_path / "out", inputs=[str(tmp_path / "in.txt")], workers=1)
     assert split_text(out, "train") + split_text(out, "val") == "caf\ufffd au lait\n" * 10 + "\ufffd\ufffd end\n"
-    assert "warning: 13 bytes of invalid UTF-8 were replaced with U+FFFD\n" in capsys.readouterr().err  # 10 + 1 + 2
+    assert "warning: replaced 13 bytes of invalid UTF-8 with U+FFFD\n" in capsys.readouterr().err  # 10 + 1 + 2
 
 
-def test_text_dataset_names_a_missing_column(tmp_path):
-    (tmp_path / "a.jsonl").write_text(json.dumps({"body": "x"}) + "\n")
-    assert "--text_column" in error_of(prepare, "text", tmp_path / "out", inputs=[str(tmp_path / "a.jsonl")],
-                                       tokenizer="char")
+def test_the_text_datasets_mistakes_are_whole_lines_and_its_txt_files_replace_invalid_utf8(tmp_path, capsys):
+    """No --input, a file type it cannot read, a missing column, a .jsonl that does not parse: each one line,
+    whole, naming the file and the fix. A .txt with invalid UTF-8 builds: each bad run one U+FFFD, counted."""
+    def write(name, content):
+        (tmp_path / name).write_bytes(content)
+        return str(tmp_path / name)
+    csv, columns = write("a.csv", b"a,b\n"), write("columns.jsonl", b'{"body": "x", "title": "y"}\n')
+    broken = write("broken.jsonl", b'{"text": "ok"}\n{broken\n')
+    fail = lambda *inputs: error_of(prepare, "text", tmp_path / "out", inputs=list(inputs), tokenizer="char")
+    assert fail() == "error: the text dataset needs --input FILE|GLOB ... (.txt, .jsonl, .json, .parquet)"
+    assert fail(csv) == f"error: --input {csv}: unsupported file type; use .txt, .jsonl, .json, .parquet"
+    assert fail(columns) == f"error: {columns} has no column 'text' (it has body, title); pass --text_column NAME"
+    for files, described in (([broken], "1 json file"), ([broken, broken], "2 json files")):
+        line = fail(*files)
+        assert line.startswith(f"error: cannot read {broken} ({described}): ArrowInvalid: ") and line.endswith(
+            " in row 1; check them"), line
+    assert not (tmp_path / "out").exists()
+
+    for bad, replaced in ((b"caf\xe9\n" * 3 + b"x\xff\xe2\x82 y\n", "6 bytes"), (b"x\xff\n", "1 byte")):
+        out = prepare("text", tmp_path / replaced, inputs=[write("bad.txt", bad)], tokenizer="char", val_tokens=1)
+        assert split_text(out, "val") + split_text(out, "train") == bad.decode("utf-8", "replace")
+        assert f"warning: replaced {replaced} of invalid UTF-8 with U+FFFD\n" in capsys.readouterr().err
 
 
 def test_hub_dataset_offline_fails_fast_naming_local_files(tmp_path):
@@ -514,18 +535,89 @@ def test_hub_in_reach_dials_once_and_streams_the_train_split_lazily(hub_env, mon
     assert prepare_data._hub("openwebtext")[1] == "Skylion007/openwebtext (default) from the Hugging Face hub"
 
 
-def test_failed_shakespeare_download_says_to_use_input(tmp_path, monkeypatch):
-    monkeypatch.setattr(prepare_data, "SHAKESPEARE_URL", "http://127.0.0.1:9/input.txt")  # nothing listens
-    assert "--input path/to/input.txt" in error_of(prepare, "shakespeare_char", tmp_path / "out")
+def test_shakespeare_reads_one_local_file_or_downloads_within_10_s_and_records_where_from(tmp_path, monkeypatch):
+    (tmp_path / "input.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")
+    local = tmp_path / "link.txt"
+    local.symlink_to(tmp_path / "input.txt")
+    monkeypatch.chdir(tmp_path)
+    meta = load_meta(prepare("shakespeare_char", tmp_path / "local", inputs=["link.txt"]))
+    assert meta["source"] == str(tmp_path / "input.txt")  # the file itself, wherever the build ran from
+    assert error_of(prepare, "shakespeare_char", tmp_path / "two", inputs=["input.txt", "link.txt"]) == (
+        "error: shakespeare takes a single --input file")
+
+    asked = []
+    class Response(io.BytesIO):
+        def __enter__(self):
+            return self
+    def urlopen(url, timeout):
+        asked.append((url, timeout))
+        if len(asked) > 1:
+            raise urllib.error.URLError("no network")
+        return Response((tmp_path / "input.txt").read_bytes())
+    monkeypatch.setattr(prepare_data.urllib.request, "urlopen", urlopen)
+    downloaded = load_meta(prepare("shakespeare_char", tmp_path / "downloaded"))
+    assert downloaded == dict(meta, source=prepare_data.SHAKESPEARE_URL, args=dict(meta["args"], inputs=[]))
+    assert error_of(prepare, "shakespeare_char", tmp_path / "offline") == (
+        "error: cannot download tiny Shakespeare (<urlopen error no network>); pass a local copy with "
+        "--input path/to/input.txt")
+    assert asked == [(prepare_data.SHAKESPEARE_URL, 10)] * 2
 
 
-def test_command_line_help_and_errors():
+def test_text_files_of_several_kinds_with_a_text_column_of_their_own(tmp_path):
+    """A .txt is its own text whatever --text_column names (the column is the rows' only); a row whose text is
+    null or empty adds nothing; a .jsonl without rows is 'no text', one line, not a traceback."""
+    (tmp_path / "a.txt").write_text("plain text\n")
+    (tmp_path / "b.jsonl").write_text('{"body": "row one"}\n{"body": null}\n{"body": ""}\n{"body": "two"}\n')
+    (tmp_path / "blank.jsonl").write_text("\n\n")
+    files = [str(tmp_path / name) for name in ("a.txt", "b.jsonl")]
+    out = prepare("text", tmp_path / "out", inputs=files, text_column="body", tokenizer="char", val_tokens=1)
+    assert split_text(out, "val") + split_text(out, "train") == "plain text\nrow onetwo"
+    assert load_meta(out)["source"] == f"2 local files: {files[0]}, {files[1]}"
+    again = tmp_path / "again"  # --input given twice adds up, as --input A B
+    assert cli("text", "--input", files[0], "--input", files[1], "--text_column", "body", "--tokenizer", "char",
+               "--val_tokens", 1, "--out", again).returncode == 0
+    assert load_meta(again) == load_meta(out)
+    for tokenizer in ("char", "gpt2")[:1 + gpt2_available()]:
+        assert error_of(prepare, "text", tmp_path / tokenizer, inputs=[str(tmp_path / "blank.jsonl")],
+                        tokenizer=tokenizer) == f"error: no text in 1 local file: {tmp_path / 'blank.jsonl'}"
+
+
+HELP_OPTIONS = """
+options:
+  -h, --help            show this help message and exit
+  --input PATH [PATH ...]
+                        local text instead of a download (shakespeare*), or the files and globs of `text`
+  --tokenizer gpt2|char
+                        GPT-2 BPE or the text's own characters (default: per dataset)
+  --out DIR             output folder (default: data/DATASET)
+  --num_tokens N        stop after this many tokens, val and train together
+  --val_tokens N        held out: the first N tokens of the stream; default 5% of the corpus, at most 100M
+                        (shakespeare*: nanoGPT's last 10% of the text, its first N/10 tokens under --num_tokens N)
+  --shard_tokens N      tokens per shard file (default 1e8)
+  --workers N           tokenizer processes (default: all cores)
+  --text_column NAME    the column of .jsonl/.json/.parquet rows (text)
+  --force               rebuild even if the folder is complete
+"""
+
+
+def test_command_line_help_and_errors(tmp_path):
+    """The real command line (the other tests run main in this process): its help, word for word, and one line
+    for a mistake in the arguments and for one in the files, where the datasets library would log its own."""
     run = lambda *args: subprocess.run([sys.executable, "prepare_data.py", *args], cwd=ROOT, capture_output=True,
-                                       text=True, env={**os.environ, "PYTHONPATH": ""})
+                                       text=True, env={**os.environ, "PYTHONPATH": "", "COLUMNS": "120"})
     help_text = run("--help").stdout
-    assert all(name in help_text for name in prepare_data.DATASETS)
-    bad = run("nope")
-    assert bad.returncode != 0 and bad.stderr.startswith("error: unknown dataset") and bad.stderr.count("\n") == 1
+    usage = help_text.split("\n\n")[0]
+    assert usage.split() == ("usage: prepare_data.py [-h] [--input PATH [PATH ...]] [--tokenizer gpt2|char] [--out "
+                             "DIR] [--num_tokens N] [--val_tokens N] [--shard_tokens N] [--workers N] [--text_column "
+                             "NAME] [--force] dataset").split()
+    assert help_text.startswith(f"{usage}\n\n{prepare_data.__doc__.strip()}\n\npositional arguments:\n  dataset  "
+                                "             one of the datasets below\n" + HELP_OPTIONS)  # the docstring as written
+    assert help_text.endswith(HELP_OPTIONS + "\ndatasets:\n" + "".join(
+        f"  {name:<17} {line}\n" for name, (_, line) in prepare_data.DATASETS.items()))
+    assert one_line_error(run("nope")).startswith("error: unknown dataset")
+    (tmp_path / "broken.jsonl").write_text('{"text": "ok"}\n{broken\n')
+    line = one_line_error(run("text", "--input", str(tmp_path / "broken.jsonl"), "--out", str(tmp_path / "out")))
+    assert line.startswith("error: cannot read ") and line.endswith("; check them\n")
 
 
 def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path, monkeypatch, capsys):
@@ -574,8 +666,15 @@ def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path, monk
 # line on stderr and no traceback, the exit status, and every file byte-identical to before.
 
 def cli(*args):
-    return subprocess.run([sys.executable, "prepare_data.py", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": ""})
+    """`python prepare_data.py ARGS` run in this process (its start-up is most of a second, the test of the real
+    command line is test_command_line_help_and_errors): the exit status and stderr, as the shell would have them."""
+    stderr, status = io.StringIO(), 0
+    with contextlib.redirect_stderr(stderr):
+        try:
+            prepare_data.main([str(arg) for arg in args])
+        except SystemExit as e:  # a message exits 1 after printing it, as the interpreter does
+            status = e.code if isinstance(e.code, int) or e.code is None else print(e.code, file=sys.stderr) or 1
+    return subprocess.CompletedProcess(args, status or 0, "", stderr.getvalue())
 
 
 def one_line_error(result):

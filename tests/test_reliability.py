@@ -82,6 +82,8 @@ def test_any_number_of_sigterms_finish_the_step_save_and_exit_0(data_dir, tmp_pa
     assert end["event"] == "end" and end["status"] == "interrupted"
     assert torch.load(out / "ckpt.pt", weights_only=True)["iter_num"] == end["iter"]
     assert f"checkpoint of step {end['iter']} saved in" in output
+    assert output.splitlines()[-1] == (f"interrupted at step {end['iter']}, checkpoint in {out}; sample from it: "
+                                       f"python sample.py --out_dir={out} (or go on: --init_from=resume)")
 
 
 def test_the_third_sigint_stops_at_once_without_a_checkpoint(data_dir, tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,10 +19,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+import checkpoint
 import configurator
 import devices
 import train
-from conftest import torchrun_mains
+from conftest import error_of, torchrun_mains
 from data import load_meta
 from model import ARCHS, GPT, GPTConfig, NORM_MODES
 
@@ -230,21 +232,35 @@ def test_unknown_settings_and_wrong_types_fail_with_their_messages(data_dir, tmp
                              "did you mean 'learning_rate'?\n")
 
 
-def test_a_missing_dataset_names_the_command_that_prepares_it(tmp_path):
+def test_a_missing_dataset_names_the_command_that_prepares_it_and_pystdlib_is_made(data_dir, tmp_path, monkeypatch):
+    """Another dataset is the user's to prepare; pystdlib, the default, is made by the run, once, after every check
+    has passed, and the model takes its vocabulary (here a stand-in build: tiny's folder)."""
     with pytest.raises(SystemExit) as error:
         train.main([f"--data_dir={tmp_path}", "--dataset=shakespeare_char"])
     assert f"python prepare_data.py shakespeare_char --out {tmp_path / 'shakespeare_char'}" in str(error.value.code)
+    made = []
+    def prepare(name, folder):
+        made.append((name, folder))
+        shutil.copytree(data_dir / "tiny", folder)
+    monkeypatch.setattr(train.prepare_data, "prepare", prepare)
+    argv = [f"--data_dir={tmp_path / 'data'}", *[a for a in TINY if not a.startswith("--dataset")], "--max_iters=1"]
+    assert "error: beta1" in error_of(train.main, [*argv, f"--out_dir={tmp_path / 'no'}", "--beta1=1"])
+    for out in ("a", "b"):
+        train.main([*argv, f"--out_dir={tmp_path / out}"])
+    assert made == [("pystdlib", tmp_path / "data" / "pystdlib")]
+    assert checkpoint.load_model(str(tmp_path / "a"), "cpu")[0].config.vocab_size == load_meta(data_dir / "tiny")[
+        "vocab_size"]
 
 
-@pytest.mark.parametrize("poison", ["loss", "gradient"])
+@pytest.mark.parametrize("poison, first", [("loss", 8), ("gradient", 8), ("loss", 1)])
 def test_a_nonfinite_loss_or_gradient_stops_the_run_and_keeps_the_last_good_checkpoint(data_dir, tmp_path, poison,
-                                                                                       monkeypatch, capsys):
+                                                                                       first, monkeypatch, capsys):
     forward, calls = GPT.forward, []
 
-    def poisoned(self, idx, targets=None, pos=0):  # from the 8th training step: a NaN loss, or NaN gradients
+    def poisoned(self, idx, targets=None, pos=0):  # from training step `first`: a NaN loss, or NaN gradients
         logits, loss = forward(self, idx, targets, pos)  # under a finite loss
         calls.extend([1] if self.training else [])
-        if len(calls) >= 8 and self.training:
+        if len(calls) >= first and self.training:
             if poison == "loss":
                 loss = loss * math.nan
             else:
@@ -255,10 +271,65 @@ def test_a_nonfinite_loss_or_gradient_stops_the_run_and_keeps_the_last_good_chec
     with pytest.raises(SystemExit) as error:
         run(data_dir, tmp_path, "--max_iters=20")
     assert error.value.code == 3
-    assert f"at step 8; the last good checkpoint: {tmp_path}/ckpt.pt (step 5)" in capsys.readouterr().err
-    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
-    assert ckpt["iter_num"] == 5 and all(t.isfinite().all() for t in ckpt["model"].values())
-    assert events(tmp_path)[-1] == dict(events(tmp_path)[-1], event="end", status="diverged", iter=7)
+    loss = "nan" if poison == "loss" else r"\d+\.\d+"  # the loss itself is finite when the gradients are not
+    good = re.escape(f"{tmp_path}/ckpt.pt (step 5)") if first > 5 else "none was saved"
+    assert re.fullmatch(f"error: loss {loss}, gradient norm nan at step {first}; the last good checkpoint: {good}; "
+                        "resume from it with a lower learning_rate", capsys.readouterr().err.splitlines()[-1])
+    if first > 5:
+        ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+        assert ckpt["iter_num"] == 5 and all(t.isfinite().all() for t in ckpt["model"].values())
+    else:
+        assert not (tmp_path / "ckpt.pt").exists()
+    assert events(tmp_path)[-1] == dict(events(tmp_path)[-1], event="end", status="diverged", iter=first - 1)
+
+
+def test_what_train_py_itself_says_is_whole(data_dir, tmp_path, monkeypatch, capsys):
+    """train.py's own lines, word for word: the checks only it makes, each evaluation's and training step's
+    line, the last line of a finished run, and out of memory naming its levers."""
+    argv = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY]
+    assert error_of(train.configure, [*argv, "--parallel=fsdp", "--log_layer_stats=True"]) == (
+        "error: log_layer_stats needs the whole model in one process: use parallel='ddp' for it")
+    assert error_of(train.configure, [*argv, "--parallel=fsdp", "--norm_mode=ngpt"]) == (
+        "error: ngpt with parallel='fsdp' is not supported yet: use parallel='ddp'")
+    assert error_of(train.main, [*argv, "--init_from=gpt2"]) == ("error: init_from=gpt2 needs a dataset in GPT-2 "
+                                                                 "BPE, and tiny is by char: prepare one with "
+                                                                 "prepare_data.py --tokenizer gpt2")
+    tokens = load_meta(data_dir / "tiny")["tokens"]  # a split needs block_size + 1 tokens: x and y
+    for split in ("val", "train"):
+        cfg = types.SimpleNamespace(data_dir=str(data_dir), dataset="tiny", block_size=tokens[split])
+        assert error_of(train.load_dataset, cfg) == (f"error: the {split} shards of {data_dir / 'tiny'} are shorter "
+                                                     f"than block_size={tokens[split]}: lower it")
+    cfg.block_size = tokens["val"] - 1
+    assert [n.tolist() for _, n in train.load_dataset(cfg)[1].values()] == [[tokens["train"]], [tokens["val"]]]
+
+    asked = []
+    def from_gpt2(*args):
+        asked.append(args)
+        raise ValueError("transformers is not installed: pip install transformers")
+    monkeypatch.setattr(train, "from_gpt2", from_gpt2)
+    cfg = types.SimpleNamespace(seed=1, parallel="ddp", init_from="gpt2-medium", block_size=32, dropout=0.1)
+    assert error_of(train.build_model, cfg, None, None, types.SimpleNamespace(device="cpu")) == (
+        "error: transformers is not installed: pip install transformers")
+    assert asked == [("gpt2-medium", 32, 0.1)]
+
+    run(data_dir, tmp_path, "--max_iters=6", "--log_interval=2")
+    lines = capsys.readouterr().out.splitlines()
+    said = [line for line in lines if line.startswith(("step ", "iter "))]
+    logged = [e for e in events(tmp_path) if e["event"] in ("eval", "train")]  # 0, 2, 4, 5, 6 and 6 again
+    assert [e["iter"] for e in logged] == [0, 2, 4, 5, 6, 6] and len(said) == len(logged)
+    for line, e in zip(said, logged):  # a training step's line goes on with its speed (measure.py's)
+        assert line == f"step {e['iter']}: train loss {e['train_loss']:.4f}, val loss {e['val_loss']:.4f}" if (
+            e["event"] == "eval") else line.startswith(f"iter {e['iter']}: loss {e['train_loss']:.4f}, "), line
+    assert lines[-1] == (f"finished at step 6, checkpoint in {tmp_path}; sample from it: python sample.py "
+                         f"--out_dir={tmp_path}")
+
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB\nsee the docs")
+    monkeypatch.setattr(train, "train_step", oom)
+    assert error_of(train.main, [*argv, "--max_iters=2"]) == (
+        "error: out of memory on cpu (OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB): lower "
+        "batch_size (more gradient_accumulation_steps keep the tokens per step), activation_checkpointing=True, "
+        "parallel='fsdp'")
 
 
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])

@@ -144,12 +144,22 @@ def pytest_unconfigure(config):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def chosen(entries, nodeid):
+    """Whether NORMGPT_MUTATE_TESTS's entries choose a test: the most specific entry that names it decides, its
+    case (file::test[params]), its test (file::test) or its file; one with a leading '-' leaves it out."""
+    for name in (nodeid, nodeid.split("[")[0], nodeid.split("::")[0]):
+        if name in entries or "-" + name in entries:
+            return name in entries
+    return False
+
+
 def pytest_collection_modifyitems(config, items):
-    """Only the test files NORMGPT_MUTATE_TESTS names (by spaces), when it is set: a file's mutants against the
-    tests written for it, in minutes rather than the whole suite's hours. A mutant's tests: the module that
-    cost least in the stats run first (its fixtures are set up once), and within a module the fastest first."""
-    if chosen := os.environ.get("NORMGPT_MUTATE_TESTS", "").split():
-        kept = {i: i.nodeid.split("::")[0] in chosen for i in items}
+    """Only the tests NORMGPT_MUTATE_TESTS chooses (entries by spaces: see chosen), when it is set: a file's
+    mutants against the tests written for it, in minutes rather than the whole suite's hours. A mutant's tests:
+    the module that cost least in the stats run first (its fixtures are set up once), and within a module the
+    fastest first."""
+    if entries := set(os.environ.get("NORMGPT_MUTATE_TESTS", "").split()):
+        kept = {i: chosen(entries, i.nodeid) for i in items}
         config.hook.pytest_deselected(items=[i for i in items if not kept[i]])
         items[:] = [i for i in items if kept[i]]
     if stats_run() or not COSTS.is_file():
