@@ -97,16 +97,17 @@ def torchrun(args, timeout, **kwargs):
 
 
 # train.main for each argument list, in both processes of one torchrun launch, sharing one process group (a
-# group cannot be made again under torchrun once destroyed): one launch's start-up for many runs
+# group cannot be made again under torchrun once destroyed): one launch's start-up for many runs. The first run
+# makes the group from torchrun's environment, as `torchrun train.py` does; the others find it made.
 DRIVER = f"""
 import json, sys
 sys.path.insert(0, {str(ROOT)!r})
 import torch.distributed as dist
 import train
-dist.init_process_group("gloo")
-dist.init_process_group = dist.destroy_process_group = lambda *args, **kwargs: None
+dist.destroy_process_group = lambda *args, **kwargs: None
 for argv in json.loads(sys.argv[1]):
     train.main(argv)
+    dist.init_process_group = lambda *args, **kwargs: None
 """
 
 

@@ -13,6 +13,7 @@ import sys
 import time
 import types
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -22,9 +23,10 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 import checkpoint
 import configurator
 import devices
+import measure
 import train
 from conftest import error_of, torchrun_mains
-from data import load_meta
+from data import get_batch, load_meta
 from model import ARCHS, GPT, GPTConfig, NORM_MODES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,10 +98,22 @@ def test_resume_repeats_an_uninterrupted_run_bit_for_bit(data_dir, tmp_path, mod
     whole, parts = (torch.load(tmp_path / d / "ckpt.pt", weights_only=True) for d in ("whole", "parts"))
     for name, tensor in whole["model"].items():
         assert torch.equal(tensor, parts["model"][name]), name
+    model = checkpoint.load_model(str(tmp_path / "whole"), "cpu")[0]  # ngpt: each step ends on the unit sphere
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    model.normalize_weights()  # the other modes: nothing to do
+    assert all(torch.allclose(before[name], tensor, atol=1e-6) for name, tensor in model.state_dict().items())
 
 
-def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(data_dir, tmp_path):
-    """At learning rate 0 the weights never change: every evaluation, before and after a resume, is equal."""
+def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(data_dir, tmp_path, monkeypatch):
+    """At learning rate 0 the weights never change: every evaluation, before and after a resume, is equal; and
+    no training step draws one of the evaluations' batches."""
+    drawn = {"micro_batch": set(), "evaluate": set()}  # each batch's tokens, by the function that drew it
+
+    def get_batch_recorded(shards, rng, cfg, device):
+        x, y = get_batch(shards, rng, cfg, device)
+        drawn[sys._getframe(1).f_code.co_name].add(x.numpy().tobytes())
+        return x, y
+    monkeypatch.setattr(train, "get_batch", get_batch_recorded)
     frozen = ["--eval_interval=4", "--learning_rate=0", "--min_lr=0"]
     run(data_dir, tmp_path, "--max_iters=8", *frozen)
     run(data_dir, tmp_path, "--max_iters=12", "--init_from=resume", *frozen)
@@ -107,13 +121,31 @@ def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(dat
     assert [e["iter"] for e in evals] == [0, 4, 8, 12]
     assert len({(e["train_loss"], e["val_loss"]) for e in evals}) == 1
     assert len({loss for _, loss in losses(tmp_path)}) > 1  # while every training step draws its own batches
+    assert len(drawn["evaluate"]) == 2 * 2 and len(drawn["micro_batch"]) == 12 + 1  # and the first after the last
+    assert not drawn["micro_batch"] & drawn["evaluate"]
+
+    dropped = tmp_path / "dropout"  # an evaluation is of the model without dropout: the checkpoint's, evaluated
+    run(data_dir, dropped, "--max_iters=4", "--eval_interval=4", "--dropout=0.5")
+    cfg, _ = train.configure([f"--data_dir={data_dir}", *TINY, "--dropout=0.5"])
+    proc = types.SimpleNamespace(device="cpu", rank=0, world=1, ctx=contextlib.nullcontext())
+    model = checkpoint.load_model(str(dropped), "cpu")[0]  # in eval mode
+    last = events(dropped, "eval")[-1]
+    assert train.evaluate(model, train.load_dataset(cfg)[1], cfg, proc) == pytest.approx(
+        [last["train_loss"], last["val_loss"]], rel=1e-6)
 
 
 def test_max_iters_runs_exactly_that_many_optimizer_steps(data_dir, tmp_path):
-    run(data_dir, tmp_path, "--max_iters=7")
+    stepped_at = []  # the learning rates of each optimizer step's parameter groups
+    handle = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: stepped_at.append(
+        {group["lr"] for group in optimizer.param_groups}))
+    try:
+        run(data_dir, tmp_path, "--max_iters=7")
+    finally:
+        handle.remove()
     assert [i for i, _ in losses(tmp_path)] == list(range(1, 8))
     # step s runs at get_lr(s): warmup_iters=2 gives lr/3, 2·lr/3, then lr at step 2
     assert [e["lr"] for e in events(tmp_path, "train")][:3] == pytest.approx([1e-3, 2e-3, 3e-3])
+    assert stepped_at == [{e["lr"]} for e in events(tmp_path, "train")]
     ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert ckpt["iter_num"] == 7
     assert all(state["step"] == 7 for state in ckpt["optimizer"]["state"].values())
@@ -312,16 +344,16 @@ def test_what_train_py_itself_says_is_whole(data_dir, tmp_path, monkeypatch, cap
         "error: transformers is not installed: pip install transformers")
     assert asked == [("gpt2-medium", 32, 0.1)]
 
-    run(data_dir, tmp_path, "--max_iters=6", "--log_interval=2")
+    out = tmp_path / "runs" / "six"  # out_dir's folders are made
+    run(data_dir, out, "--max_iters=6", "--log_interval=2")
     lines = capsys.readouterr().out.splitlines()
     said = [line for line in lines if line.startswith(("step ", "iter "))]
-    logged = [e for e in events(tmp_path) if e["event"] in ("eval", "train")]  # 0, 2, 4, 5, 6 and 6 again
+    logged = [e for e in events(out) if e["event"] in ("eval", "train")]  # 0, 2, 4, 5, 6 and 6 again
     assert [e["iter"] for e in logged] == [0, 2, 4, 5, 6, 6] and len(said) == len(logged)
     for line, e in zip(said, logged):  # a training step's line goes on with its speed (measure.py's)
         assert line == f"step {e['iter']}: train loss {e['train_loss']:.4f}, val loss {e['val_loss']:.4f}" if (
             e["event"] == "eval") else line.startswith(f"iter {e['iter']}: loss {e['train_loss']:.4f}, "), line
-    assert lines[-1] == (f"finished at step 6, checkpoint in {tmp_path}; sample from it: python sample.py "
-                         f"--out_dir={tmp_path}")
+    assert lines[-1] == f"finished at step 6, checkpoint in {out}; sample from it: python sample.py --out_dir={out}"
 
     def oom(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB\nsee the docs")
@@ -425,6 +457,7 @@ def test_a_checkpoint_from_a_compiled_model_loads(data_dir, tmp_path, monkeypatc
 
 
 def test_layer_stats_measure_each_block(data_dir, tmp_path):
+    """At each evaluation, on its first val batch, of the model as evaluated (the checkpoint saved then)."""
     run(data_dir, tmp_path, "--max_iters=5", "--norm_mode=geonorm", "--log_layer_stats=True")
     stats = events(tmp_path, "layer_stats")
     assert [s["iter"] for s in stats] == [0, 5]
@@ -432,6 +465,10 @@ def test_layer_stats_measure_each_block(data_dir, tmp_path):
         assert len(s["grad_norm"]) == len(s["resid_rms"]) == len(s["angle"]) == 2
         assert s["resid_rms"] == pytest.approx([1.0, 1.0], abs=1e-4)  # geonorm keeps |x| = sqrt(d)
         assert all(0 < a < math.pi for a in s["angle"]) and all(g > 0 for g in s["grad_norm"])
+    cfg, _ = train.configure([f"--data_dir={data_dir}", *TINY])
+    x, y = get_batch(train.load_dataset(cfg)[1]["val"], np.random.default_rng((cfg.seed, 1, 1, 0)), cfg, "cpu")
+    again = measure.layer_stats(checkpoint.load_model(str(tmp_path), "cpu")[0], x, y, contextlib.nullcontext())
+    assert {k: pytest.approx(v, rel=1e-5) for k, v in again.items()} == {k: stats[1][k] for k in again}
 
 
 @pytest.mark.parametrize("schedule", ["cosine", "wsd"])
