@@ -5,6 +5,7 @@ import io
 import itertools
 import json
 import os
+import pathlib
 import re
 import shutil
 import signal
@@ -224,16 +225,26 @@ def test_text_dataset_reads_txt_jsonl_and_parquet(tmp_path):
 
 # ----------------------------------------------------------------------------- atomic, idempotent builds
 
-def test_rerun_does_nothing_and_force_rebuilds(tmp_path, shakespeare_file, capsys):
-    out = prepare("shakespeare_char", tmp_path / "out", inputs=[str(shakespeare_file)], workers=1)
+def test_rerun_does_nothing_and_force_rebuilds(tmp_path, shakespeare_file, capsys, monkeypatch):
+    """A rebuild removes meta.json before any shard (renamed progress.json, which lists them): killed at any
+    moment, the folder is never complete while its shards go."""
+    options = dict(inputs=[str(shakespeare_file)], workers=1, shard_tokens=100_000)  # about 11 shards
+    out = prepare("shakespeare_char", tmp_path / "out", **options)
     stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    prepare("shakespeare_char", out, inputs=[str(shakespeare_file)], workers=1)
+    prepare("shakespeare_char", out, **options)
     assert "nothing to do" in capsys.readouterr().out
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps
-    shards = load_meta(out)["shards"]
-    prepare("shakespeare_char", out, inputs=[str(shakespeare_file)], workers=1, force=True)
+    shards, unlink, removed = load_meta(out)["shards"], pathlib.Path.unlink, []
+    def unlink_recorded(path, missing_ok=False):
+        removed.append((path.name, (out / "meta.json").exists()))
+        return unlink(path, missing_ok)
+    monkeypatch.setattr(pathlib.Path, "unlink", unlink_recorded)
+    prepare("shakespeare_char", out, **options, force=True)
     assert load_meta(out)["shards"] == shards and (out / "meta.json").stat().st_mtime_ns != stamps["meta.json"]
-    assert "--force" in error_of(prepare, "shakespeare_char", out, inputs=[str(shakespeare_file)], num_tokens=5)
+    gone = [(name, complete) for name, complete in removed if prepare_data.SHARD_NAME.fullmatch(name)]
+    assert {name for name, _ in gone} >= {s["file"] for s in shards["train"] + shards["val"]}
+    assert not any(complete for _, complete in gone)
+    assert "--force" in error_of(prepare, "shakespeare_char", out, **options, num_tokens=5)
 
 
 def test_a_crash_mid_write_leaves_no_meta_json_and_the_rerun_completes(tmp_path, shakespeare_file):
