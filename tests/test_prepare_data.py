@@ -411,16 +411,55 @@ def test_builds_of_one_folder_take_turns_and_resume_a_killed_one(tmp_path):
 
 # ----------------------------------------------------------------------------- errors for the user
 
-def test_bad_input_gets_a_one_line_error_and_no_output(tmp_path):
+def test_bad_input_gets_a_one_line_error_and_no_output(tmp_path, monkeypatch, capsys):
+    """Each mistake's line, word for word, before anything is written; the argument checks in their order."""
     (tmp_path / "empty.txt").touch()
+    (tmp_path / "folder").mkdir()
     out = tmp_path / "out"
-    assert "pystdlib" in error_of(prepare, "nope", out)
-    assert "no such file" in error_of(prepare, "text", out, inputs=[str(tmp_path / "missing*.txt")])
-    assert "is empty" in error_of(prepare, "shakespeare", out, inputs=[str(tmp_path / "empty.txt")])
-    assert "--num_tokens" in error_of(prepare, "pystdlib", out, num_tokens=0)
-    assert "--workers" in error_of(prepare, "pystdlib", out, workers=-1)
-    assert "no training tokens" in error_of(prepare, "pystdlib", out, num_tokens=1000, val_tokens=1000)
+    mistakes = [
+        (["nope"], {}, f"error: unknown dataset 'nope'; choose one of: {', '.join(prepare_data.DATASETS)}"),
+        (["pystdlib"], dict(num_tokens=0), "error: --num_tokens must be a positive integer, got 0"),
+        (["pystdlib"], dict(val_tokens=-1), "error: --val_tokens must be a positive integer, got -1"),
+        (["pystdlib"], dict(shard_tokens=1.5), "error: --shard_tokens must be a positive integer, got 1.5"),
+        (["pystdlib"], dict(workers="2"), "error: --workers must be a positive integer, got '2'"),
+        (["pystdlib"], dict(shard_tokens=2**31),
+         "error: --shard_tokens must be below 2**31, as the header counts tokens in an int32"),
+        (["shakespeare"], dict(val_tokens=5), "error: shakespeare* holds out nanoGPT's last 10% of the text, so "
+         "--val_tokens does not apply: drop it (under --num_tokens N, val keeps N/10 tokens and train the rest)"),
+        (["pystdlib"], dict(num_tokens=1000, val_tokens=1000),
+         "error: no training tokens: --val_tokens 1,000 holds out all of --num_tokens 1,000; lower --val_tokens"),
+        (["pystdlib"], dict(shard_tokens=2**31 - 1, num_tokens=1000, val_tokens=999, tokenizer="bpe"),
+         "error: unknown tokenizer 'bpe'; choose gpt2 or char"),  # each bound passed, to the next check
+        (["text"], dict(inputs=[str(tmp_path / "missing*.txt")]),
+         f"error: --input {tmp_path}/missing*.txt: no such file"),
+        (["text"], dict(inputs=[str(tmp_path / "folder")]), f"error: --input {tmp_path}/folder is not a file; pass "
+         "files or a glob like 'dir/*.jsonl'"),
+        (["shakespeare"], dict(inputs=[str(tmp_path / "empty.txt")]), f"error: --input {tmp_path}/empty.txt is empty"),
+    ]
+    for args, kwargs, message in mistakes:
+        assert error_of(prepare, *args, out, **kwargs) == message
     assert not out.exists()
+    monkeypatch.setattr(os, "access", lambda path, mode: mode != os.R_OK)  # root reads every file
+    (tmp_path / "a.txt").write_text("abc")
+    assert error_of(prepare, "text", out, inputs=[str(tmp_path / "a.txt")]) == (
+        f"error: --input {tmp_path}/a.txt: no permission to read it")
+    monkeypatch.undo()
+
+    built = prepare("text", tmp_path / "built", inputs=[str(tmp_path / "a.txt")], tokenizer="char", val_tokens=1)
+    (tmp_path / "a.txt").write_text("abcd")  # the inputs' paths are the arguments, not their text
+    prepare("text", built, inputs=[str(tmp_path / "a.txt")], tokenizer="char", val_tokens=1)
+    assert capsys.readouterr().out.endswith(
+        f"\n{built} is already prepared with these arguments: nothing to do (--force rebuilds it)\n")
+    assert error_of(prepare, "text", built, inputs=[str(tmp_path / "a.txt")], val_tokens=2) == (
+        f"error: {built} was prepared with other arguments (tokenizer 'char' -> 'gpt2', val_tokens 1 -> 2); pass "
+        "--force to rebuild it")
+    for names, listed in ((["x"], "x"), (["w", "x", "y", "z"], "w, x, y, ...")):
+        for name in names:
+            (tmp_path / "mine" / name).parent.mkdir(exist_ok=True)
+            (tmp_path / "mine" / name).touch()
+        assert error_of(prepare, "pystdlib", tmp_path / "mine") == (
+            f"error: --out {tmp_path / 'mine'} holds files no build wrote ({listed}); choose a new or empty folder, "
+            "or move them")
     (tmp_path / "a.txt").write_text("a")  # its split is nanoGPT's 90/10 of the text: no --val_tokens to lower
     assert error_of(prepare, "shakespeare_char", out, inputs=[str(tmp_path / "a.txt")]) == (
         "error: no training tokens: all 1 tokens of the text are held out; use more text")
