@@ -551,8 +551,7 @@ def main(argv):
         help="held out: the first N tokens of the stream; default 5%% of the corpus, at most 100M "
              "(shakespeare*: nanoGPT's last 10%% of the text, its first N/10 tokens under --num_tokens N)")
     add("--shard_tokens", type=int, default=100_000_000, metavar="N", help="tokens per shard file (default 1e8)")
-    add("--workers", type=int, default=os.cpu_count(), metavar="N",
-        help="tokenizer processes (default: all cores)")
+    add("--workers", type=int, metavar="N", help="tokenizer processes (default: all cores)")
     add("--text_column", default="text", metavar="NAME", help="the column of .jsonl/.json/.parquet rows (text)")
     add("--force", action="store_true", help="rebuild even if the folder is complete")
     parser.error = lambda message: parser.exit(2, f"error: {message} (see --help)\n")  # one line, not the usage

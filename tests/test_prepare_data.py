@@ -497,6 +497,7 @@ def test_the_text_datasets_mistakes_are_whole_lines_and_its_txt_files_replace_in
     assert fail() == "error: the text dataset needs --input FILE|GLOB ... (.txt, .jsonl, .json, .parquet)"
     assert fail(csv) == f"error: --input {csv}: unsupported file type; use .txt, .jsonl, .json, .parquet"
     assert fail(columns) == f"error: {columns} has no column 'text' (it has body, title); pass --text_column NAME"
+    assert cli("text", "--input", columns, "--out", tmp_path / "out").stderr == fail(columns) + "\n"  # its default
     for files, described in (([broken], "1 json file"), ([broken, broken], "2 json files")):
         line = fail(*files)
         assert line.startswith(f"error: cannot read {broken} ({described}): ArrowInvalid: ") and line.endswith(
