@@ -444,6 +444,13 @@ def test_bad_input_gets_a_one_line_error_and_no_output(tmp_path, monkeypatch, ca
     assert error_of(prepare, "text", out, inputs=[str(tmp_path / "a.txt")]) == (
         f"error: --input {tmp_path}/a.txt: no permission to read it")
     monkeypatch.undo()
+    (tmp_path / "small.txt").write_text("hello world\n")  # 12 characters, 12 bytes: at most 4 x 12 GPT-2 tokens
+    for tokenizer, most in (("char", 12), ("gpt2", 48))[:1 + gpt2_available()]:
+        assert error_of(prepare, "text", out, inputs=[str(tmp_path / "small.txt")], tokenizer=tokenizer,
+                        val_tokens=most) == (f"error: no training tokens: --val_tokens {most} holds out all of the "
+                                             f"text (at most {most} tokens); lower --val_tokens")
+    assert not out.exists()
+    prepare("text", tmp_path / "one", inputs=[str(tmp_path / "small.txt")], tokenizer="char", val_tokens=11)
 
     built = prepare("text", tmp_path / "built", inputs=[str(tmp_path / "a.txt")], tokenizer="char", val_tokens=1)
     (tmp_path / "a.txt").write_text("abcd")  # the inputs' paths are the arguments, not their text
