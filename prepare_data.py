@@ -555,8 +555,7 @@ def main(argv):
     add("--text_column", default="text", metavar="NAME", help="the column of .jsonl/.json/.parquet rows (text)")
     add("--force", action="store_true", help="rebuild even if the folder is complete")
     parser.error = lambda message: parser.exit(2, f"error: {message} (see --help)\n")  # one line, not the usage
-    options = vars(parser.parse_args(argv))
-    prepare(options.pop("dataset"), options.pop("out"), **options)
+    prepare(**vars(parser.parse_args(argv)))
 
 
 if __name__ == "__main__":

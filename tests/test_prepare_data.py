@@ -457,6 +457,10 @@ def test_bad_input_gets_a_one_line_error_and_no_output(tmp_path, monkeypatch, ca
     prepare("text", built, inputs=[str(tmp_path / "a.txt")], tokenizer="char", val_tokens=1)
     assert capsys.readouterr().out.endswith(
         f"\n{built} is already prepared with these arguments: nothing to do (--force rebuilds it)\n")
+    if gpt2_available():  # GPT-2's meta.json records the arguments too
+        prepare("text", tmp_path / "bpe", inputs=[str(tmp_path / "a.txt")], val_tokens=1)
+        prepare("text", tmp_path / "bpe", inputs=[str(tmp_path / "a.txt")], val_tokens=1)
+        assert "is already prepared with these arguments" in capsys.readouterr().out.splitlines()[-1]
     assert error_of(prepare, "text", built, inputs=[str(tmp_path / "a.txt")], val_tokens=2) == (
         f"error: {built} was prepared with other arguments (tokenizer 'char' -> 'gpt2', val_tokens 1 -> 2); pass "
         "--force to rebuild it")
@@ -511,7 +515,8 @@ def test_the_text_datasets_mistakes_are_whole_lines_and_its_txt_files_replace_in
             " in row 1; check them"), line
     assert not (tmp_path / "out").exists()
 
-    for bad, replaced in ((b"caf\xe9\n" * 3 + b"x\xff\xe2\x82 y\n", "6 bytes"), (b"x\xff\n", "1 byte")):
+    invalid = {"6 bytes": b"caf\xe9\n" * 3 + b"x\xff\xe2\x82 y\n", "1 byte": b"x\xff\n", "2 bytes": b"\xfe\xff\n"}
+    for replaced, bad in invalid.items():
         out = prepare("text", tmp_path / replaced, inputs=[write("bad.txt", bad)], tokenizer="char", val_tokens=1)
         assert split_text(out, "val") + split_text(out, "train") == bad.decode("utf-8", "replace")
         assert f"warning: replaced {replaced} of invalid UTF-8 with U+FFFD\n" in capsys.readouterr().err
@@ -635,6 +640,13 @@ def test_text_files_of_several_kinds_with_a_text_column_of_their_own(tmp_path):
     assert cli("text", "--input", files[0], "--input", files[1], "--text_column", "body", "--tokenizer", "char",
                "--val_tokens", 1, "--out", again).returncode == 0
     assert load_meta(again) == load_meta(out)
+    (tmp_path / "deep" / "er").mkdir(parents=True)  # ** matches folders at any depth, none included
+    for i, folder in enumerate(["deep", "deep/er"]):
+        (tmp_path / folder / f"{i}.txt").write_text(f"text {i}\n")
+    globbed = prepare("text", tmp_path / "globbed", inputs=[str(tmp_path / "**" / "*.txt")], tokenizer="char",
+                      val_tokens=1)
+    assert load_meta(globbed)["source"] == "3 local files: " + ", ".join(
+        str(tmp_path / name) for name in ("a.txt", "deep/0.txt", "deep/er/1.txt"))
     for tokenizer in ("char", "gpt2")[:1 + gpt2_available()]:
         assert error_of(prepare, "text", tmp_path / tokenizer, inputs=[str(tmp_path / "blank.jsonl")],
                         tokenizer=tokenizer) == f"error: no text in 1 local file: {tmp_path / 'blank.jsonl'}"
@@ -861,7 +873,9 @@ def test_a_mistake_in_the_arguments_is_one_line_and_writes_nothing(tmp_path, sma
                      ["text", "--input", tmp_path / "in" / "rows.jsonl"]]  # no column 'text'
     before = tree(tmp_path)
     for args in mistakes:
-        one_line_error(cli(*args, "--out", out))
+        result = cli(*args, "--out", out)
+        one_line_error(result)  # argparse's mistakes (no dataset, a value not an int) exit 2, as argparse's do
+        assert result.returncode == (2 if args in ([], ["pystdlib", "--workers", "x"]) else 1), args
     assert tree(tmp_path) == before
     monkeypatch.setattr(os, "access", lambda path, mode: mode != os.R_OK)  # root reads every file
     assert "no permission to read" in error_of(prepare, "text", out, inputs=[str(small)])
