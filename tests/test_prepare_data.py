@@ -435,6 +435,8 @@ def test_bad_input_gets_a_one_line_error_and_no_output(tmp_path, monkeypatch, ca
         (["text"], dict(inputs=[str(tmp_path / "folder")]), f"error: --input {tmp_path}/folder is not a file; pass "
          "files or a glob like 'dir/*.jsonl'"),
         (["shakespeare"], dict(inputs=[str(tmp_path / "empty.txt")]), f"error: --input {tmp_path}/empty.txt is empty"),
+        (["pystdlib"], dict(inputs=[str(tmp_path / "empty.txt")]), f"error: pystdlib takes no --input; {HUB_FIX}"),
+        (["openwebtext"], dict(inputs=["x"]), f"error: openwebtext takes no --input; {HUB_FIX}"),
     ]
     for args, kwargs, message in mistakes:
         assert error_of(prepare, *args, out, **kwargs) == message
@@ -636,6 +638,8 @@ def test_text_files_of_several_kinds_with_a_text_column_of_their_own(tmp_path):
     out = prepare("text", tmp_path / "out", inputs=files, text_column="body", tokenizer="char", val_tokens=1)
     assert split_text(out, "val") + split_text(out, "train") == "plain text\nrow onetwo"
     assert load_meta(out)["source"] == f"2 local files: {files[0]}, {files[1]}"
+    assert {k: load_meta(out)[k] for k in ("dataset", "tokenizer", "vocab_size", "eot_token")} == dict(
+        dataset="text", tokenizer="char", vocab_size=len(set("plain text\nrow onetwo")), eot_token=None)
     again = tmp_path / "again"  # --input given twice adds up, as --input A B
     assert cli("text", "--input", files[0], "--input", files[1], "--text_column", "body", "--tokenizer", "char",
                "--val_tokens", 1, "--out", again).returncode == 0
