@@ -4,6 +4,7 @@ import hashlib
 import io
 import itertools
 import json
+import math
 import os
 import pathlib
 import re
@@ -18,6 +19,7 @@ import urllib.error
 import numpy as np
 import pytest
 
+import data
 import prepare_data
 from conftest import ROOT, SHARED, error_of, gpt2_available, needs_gpt2
 from data import get_batch, get_tokenizer, load_meta, read_shard
@@ -245,6 +247,68 @@ def test_rerun_does_nothing_and_force_rebuilds(tmp_path, shakespeare_file, capsy
     assert {name for name, _ in gone} >= {s["file"] for s in shards["train"] + shards["val"]}
     assert not any(complete for _, complete in gone)
     assert "--force" in error_of(prepare, "shakespeare_char", out, **options, num_tokens=5)
+
+
+def test_a_rebuild_killed_at_any_file_it_clears_is_resumed_by_the_same_command(tmp_path, monkeypatch):
+    """Whichever file a rebuild is removing when it dies, the files left stay listed (meta.json renamed
+    progress.json, removed last), and the same command rebuilds what an uninterrupted build writes. A build
+    killed before its first record leaves only its lock and first shards: the same command takes them too."""
+    (tmp_path / "in.txt").write_text("".join(f"line {i}\n" for i in range(40)))
+    args = dict(inputs=[str(tmp_path / "in.txt")], tokenizer="char", val_tokens=50, shard_tokens=60, workers=1)
+    reference = prepare("text", tmp_path / "reference", **args)
+    files = lambda out: {p.name: p.read_bytes() for p in out.iterdir()}
+    out, unlink, removed = prepare("text", tmp_path / "out", **args), pathlib.Path.unlink, []
+    def unlink_until(path, missing_ok=False):  # dies at its call number `dies_at`
+        if len(removed) == dies_at:
+            raise OSError("killed")
+        removed.append(path.name)
+        return unlink(path, missing_ok)
+    monkeypatch.setattr(pathlib.Path, "unlink", unlink_until)
+    dies_at = math.inf
+    prepare("text", out, **args, force=True)  # an uninterrupted rebuild's calls, its clearing's first
+    calls, removed[:] = len(removed), []
+    assert calls > len(files(out))
+    for dies_at in range(calls):
+        with pytest.raises(OSError, match="killed"):
+            prepare("text", out, **args, force=True)
+        monkeypatch.undo()
+        rebuilt = files(prepare("text", out, **args))
+        if dies_at == calls - 1:  # between meta.json and removing progress.json: complete, the record left over
+            del rebuilt["progress.json"]
+        assert rebuilt == files(reference), dies_at
+        monkeypatch.setattr(pathlib.Path, "unlink", unlink_until)
+        removed[:] = []
+    monkeypatch.undo()
+
+    with open(out / "train_000001.bin", "r+b") as f:  # a shard cut short (a copy that stopped): not complete
+        f.truncate(100)
+    assert files(prepare("text", out, **args)) == files(reference)
+
+    first = tmp_path / "first"  # the first train shard written and its val shard begun, no record yet
+    first.mkdir()
+    (first / ".lock").touch()
+    (first / "train_000000.bin").write_bytes((reference / "train_000000.bin").read_bytes())
+    (first / "val_000000.bin.tmp").write_bytes(b"cut short")
+    assert files(prepare("text", first, **args)) == files(reference)
+
+
+def test_shards_named_like_a_builds_stay_the_users(tmp_path):
+    """The shards dataset indexes the user's files in place, even named as a build's own: rebuilt with --force
+    they stay as they are, and no other build in that folder counts them as its own to remove."""
+    folder, tokens = tmp_path / "mine", dict(train=np.arange(3000), val=np.arange(600))
+    folder.mkdir()
+    for split in tokens:
+        data.write_shard(folder / f"{split}_000000.bin", tokens[split])
+    before = tree(folder)
+    for force in (False, True):
+        prepare("shards", folder, inputs=[str(folder / "*.bin")], force=force)
+        assert {p.name for p in folder.iterdir()} == {".lock", "meta.json", "train_000000.bin", "val_000000.bin"}
+        assert {name: tree(folder)[name] for name in before} == before
+    (tmp_path / "a.txt").write_text("some text\n" * 10)
+    assert error_of(prepare, "text", folder, inputs=[str(tmp_path / "a.txt")], tokenizer="char", force=True) == (
+        f"error: --out {folder} holds files no build wrote (train_000000.bin, val_000000.bin); choose a new or "
+        "empty folder, or move them")
+    assert {name: tree(folder)[name] for name in before} == before
 
 
 def test_a_crash_mid_write_leaves_no_meta_json_and_the_rerun_completes(tmp_path, shakespeare_file):
