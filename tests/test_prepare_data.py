@@ -257,28 +257,29 @@ def test_a_rebuild_killed_at_any_file_it_clears_is_resumed_by_the_same_command(t
     args = dict(inputs=[str(tmp_path / "in.txt")], tokenizer="char", val_tokens=50, shard_tokens=60, workers=1)
     reference = prepare("text", tmp_path / "reference", **args)
     files = lambda out: {p.name: p.read_bytes() for p in out.iterdir()}
-    out, unlink, removed = prepare("text", tmp_path / "out", **args), pathlib.Path.unlink, []
-    def unlink_until(path, missing_ok=False):  # dies at its call number `dies_at`
-        if len(removed) == dies_at:
-            raise OSError("killed")
-        removed.append(path.name)
-        return unlink(path, missing_ok)
-    monkeypatch.setattr(pathlib.Path, "unlink", unlink_until)
-    dies_at = math.inf
-    prepare("text", out, **args, force=True)  # an uninterrupted rebuild's calls, its clearing's first
-    calls, removed[:] = len(removed), []
-    assert calls > len(files(out))
-    for dies_at in range(calls):
-        with pytest.raises(OSError, match="killed"):
+    out, unlink = prepare("text", tmp_path / "out", **args), pathlib.Path.unlink
+
+    def rebuild_dying_at(call):  # a rebuild killed at its call number `call` of Path.unlink; returns the calls
+        calls = []
+        def unlink_counted(path, missing_ok=False):
+            if len(calls) == call:
+                raise OSError("killed")
+            calls.append(path.name)
+            return unlink(path, missing_ok)
+        with monkeypatch.context() as patched:
+            patched.setattr(pathlib.Path, "unlink", unlink_counted)
             prepare("text", out, **args, force=True)
-        monkeypatch.undo()
+        return len(calls)
+
+    calls = rebuild_dying_at(math.inf)  # an uninterrupted rebuild's, its clearing's first
+    assert calls > len(files(out))
+    for call in range(calls):
+        with pytest.raises(OSError, match="killed"):
+            rebuild_dying_at(call)
         rebuilt = files(prepare("text", out, **args))
-        if dies_at == calls - 1:  # between meta.json and removing progress.json: complete, the record left over
+        if call == calls - 1:  # between meta.json and removing progress.json: complete, the record left over
             del rebuilt["progress.json"]
-        assert rebuilt == files(reference), dies_at
-        monkeypatch.setattr(pathlib.Path, "unlink", unlink_until)
-        removed[:] = []
-    monkeypatch.undo()
+        assert rebuilt == files(reference), call
 
     with open(out / "train_000001.bin", "r+b") as f:  # a shard cut short (a copy that stopped): not complete
         f.truncate(100)
