@@ -531,7 +531,7 @@ def test_bad_input_gets_a_one_line_error_and_no_output(tmp_path, monkeypatch, ca
     assert error_of(prepare, "text", built, inputs=[str(tmp_path / "a.txt")], val_tokens=2) == (
         f"error: {built} was prepared with other arguments (tokenizer 'char' -> 'gpt2', val_tokens 1 -> 2); pass "
         "--force to rebuild it")
-    for names, listed in ((["x"], "x"), (["w", "x", "y", "z"], "w, x, y, ...")):
+    for names, listed in ((["x"], "x"), (["y", "z"], "x, y, z"), (["w"], "w, x, y, ...")):  # 1, 3, 4 of them
         for name in names:
             (tmp_path / "mine" / name).parent.mkdir(exist_ok=True)
             (tmp_path / "mine" / name).touch()
@@ -866,6 +866,7 @@ def test_a_build_removes_and_replaces_only_files_builds_wrote(tmp_path, small):
     shutil.copy(small, nanogpt / "input.txt")
     for force in ((), ("--force",)):
         assert cli("shakespeare_char", "--input", nanogpt / "input.txt", "--out", nanogpt, *force).returncode == 0
+    assert cli("shakespeare_char", "--input", nanogpt / "**" / "*.txt", "--out", nanogpt, "--force").returncode == 0
     assert (nanogpt / "input.txt").read_bytes() == small.read_bytes() and load_meta(nanogpt)["tokens"]["train"]
 
 
