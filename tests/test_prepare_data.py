@@ -122,6 +122,8 @@ def test_shakespeare_under_num_tokens_keeps_nanogpts_90_10_split(tmp_path, shake
     assert load_meta(out)["tokens"] == {"train": 27_000, "val": 3_000}
     assert split_text(out, "train") == shakespeare_text[:27_000]
     assert split_text(out, "val") == shakespeare_text[n:n + 3000]
+    tiny = prepare("shakespeare_char", tmp_path / "tiny", inputs=[str(shakespeare_file)], num_tokens=15, workers=1)
+    assert load_meta(tiny)["tokens"] == {"train": 14, "val": 1}  # a tenth, and at least 1
     message = error_of(prepare, "shakespeare_char", tmp_path / "val", inputs=[str(shakespeare_file)], val_tokens=100)
     assert "--val_tokens" in message and "drop it" in message and not (tmp_path / "val").exists()
     (tmp_path / "x.txt").write_text("x")  # too short to give a training split, whatever --val_tokens says
@@ -693,7 +695,7 @@ def test_shakespeare_reads_one_local_file_or_downloads_within_10_s_and_records_w
     assert asked == [(prepare_data.SHAKESPEARE_URL, 10)] * 2
 
 
-def test_text_files_of_several_kinds_with_a_text_column_of_their_own(tmp_path):
+def test_text_files_of_several_kinds_with_a_text_column_of_their_own(tmp_path, monkeypatch):
     """A .txt is its own text whatever --text_column names (the column is the rows' only); a row whose text is
     null or empty adds nothing; a .jsonl without rows is 'no text', one line, not a traceback."""
     (tmp_path / "a.txt").write_text("plain text\n")
@@ -703,12 +705,17 @@ def test_text_files_of_several_kinds_with_a_text_column_of_their_own(tmp_path):
     out = prepare("text", tmp_path / "out", inputs=files, text_column="body", tokenizer="char", val_tokens=1)
     assert split_text(out, "val") + split_text(out, "train") == "plain text\nrow onetwo"
     assert load_meta(out)["source"] == f"2 local files: {files[0]}, {files[1]}"
+    assert load_meta(out)["args"] == dict(dataset="text", inputs=files, tokenizer="char", num_tokens=None,
+                                          val_tokens=1, shard_tokens=100_000_000, text_column="body")
     assert {k: load_meta(out)[k] for k in ("dataset", "tokenizer", "vocab_size", "eot_token")} == dict(
         dataset="text", tokenizer="char", vocab_size=len(set("plain text\nrow onetwo")), eot_token=None)
     again = tmp_path / "again"  # --input given twice adds up, as --input A B
     assert cli("text", "--input", files[0], "--input", files[1], "--text_column", "body", "--tokenizer", "char",
                "--val_tokens", 1, "--out", again).returncode == 0
     assert load_meta(again) == load_meta(out)
+    monkeypatch.chdir(tmp_path)  # no --out: data/DATASET, beside the command
+    assert prepare("text", inputs=files, text_column="body", tokenizer="char", val_tokens=1) == pathlib.Path(
+        "data", "text") and load_meta(tmp_path / "data" / "text")["tokens"] == load_meta(out)["tokens"]
     (tmp_path / "deep" / "er").mkdir(parents=True)  # ** matches folders at any depth, none included
     for i, folder in enumerate(["deep", "deep/er"]):
         (tmp_path / folder / f"{i}.txt").write_text(f"text {i}\n")
