@@ -107,12 +107,21 @@ def test_resume_repeats_an_uninterrupted_run_bit_for_bit(data_dir, tmp_path, mod
 def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(data_dir, tmp_path, monkeypatch):
     """At learning rate 0 the weights never change: every evaluation, before and after a resume, is equal; and
     no training step draws one of the evaluations' batches."""
-    drawn = {"micro_batch": set(), "evaluate": set()}  # each batch's tokens, by the function that drew it
+    drawn, evaluating = {"train": set(), "evaluate": set()}, []  # each batch's tokens, by what drew it
+    evaluate = train.evaluate
+
+    def evaluate_flagged(*args):
+        evaluating.append(True)
+        try:
+            return evaluate(*args)
+        finally:
+            evaluating.pop()
 
     def get_batch_recorded(shards, rng, cfg, device):
         x, y = get_batch(shards, rng, cfg, device)
-        drawn[sys._getframe(1).f_code.co_name].add(x.numpy().tobytes())
+        drawn["evaluate" if evaluating else "train"].add(x.numpy().tobytes())
         return x, y
+    monkeypatch.setattr(train, "evaluate", evaluate_flagged)
     monkeypatch.setattr(train, "get_batch", get_batch_recorded)
     frozen = ["--eval_interval=4", "--learning_rate=0", "--min_lr=0"]
     run(data_dir, tmp_path, "--max_iters=8", *frozen)
@@ -121,8 +130,8 @@ def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(dat
     assert [e["iter"] for e in evals] == [0, 4, 8, 12]
     assert len({(e["train_loss"], e["val_loss"]) for e in evals}) == 1
     assert len({loss for _, loss in losses(tmp_path)}) > 1  # while every training step draws its own batches
-    assert len(drawn["evaluate"]) == 2 * 2 and len(drawn["micro_batch"]) == 12 + 1  # and the first after the last
-    assert not drawn["micro_batch"] & drawn["evaluate"]
+    assert len(drawn["evaluate"]) == 2 * 2 and len(drawn["train"]) == 12 + 1  # and the first after the last
+    assert not drawn["train"] & drawn["evaluate"]
 
     dropped = tmp_path / "dropout"  # an evaluation is of the model without dropout: the checkpoint's, evaluated
     run(data_dir, dropped, "--max_iters=4", "--eval_interval=4", "--dropout=0.5")
