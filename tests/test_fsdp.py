@@ -259,7 +259,7 @@ def test_per_block_compile_under_fsdp_trains_and_saves_as_eager(data_dir, tmp_pa
     checkpoint.load_model(str(tmp_path / "compiled"), "cpu")  # no _orig_mod. or wrapper prefixes in the keys
 
 
-def test_parallel_is_ddp_or_fsdp():  # what fsdp cannot serve: test_train.py's test_what_train_py_itself_says_is_whole
+def test_parallel_is_ddp_or_fsdp():  # what fsdp cannot serve: test_train.py's checks only train.py makes
     with pytest.raises(SystemExit, match="^error: parallel must be one of ddp, fsdp, got 'zero3'"):
         train.configure(["--parallel=zero3"])
 

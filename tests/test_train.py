@@ -324,9 +324,9 @@ def test_a_nonfinite_loss_or_gradient_stops_the_run_and_keeps_the_last_good_chec
     assert events(tmp_path)[-1] == dict(events(tmp_path)[-1], event="end", status="diverged", iter=first - 1)
 
 
-def test_what_train_py_itself_says_is_whole(data_dir, tmp_path, monkeypatch, capsys):
-    """train.py's own lines, word for word: the checks only it makes, each evaluation's and training step's
-    line, the last line of a finished run, and out of memory naming its levers."""
+def test_the_checks_only_train_py_makes_are_whole_lines(data_dir, tmp_path, monkeypatch):
+    """Word for word: what fsdp cannot serve, GPT-2 weights on another tokenizer, a split shorter than a
+    sequence, GPT-2 weights that do not load, and running out of memory, naming its levers."""
     argv = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY]
     assert error_of(train.configure, [*argv, "--parallel=fsdp", "--log_layer_stats=True"]) == (
         "error: log_layer_stats needs the whole model in one process: use parallel='ddp' for it")
@@ -353,7 +353,19 @@ def test_what_train_py_itself_says_is_whole(data_dir, tmp_path, monkeypatch, cap
         "error: transformers is not installed: pip install transformers")
     assert asked == [("gpt2-medium", 32, 0.1)]
 
-    out = tmp_path / "runs" / "six"  # out_dir's folders are made
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB\nsee the docs")
+    monkeypatch.setattr(train, "train_step", oom)
+    assert error_of(train.main, [*argv, "--max_iters=2"]) == (
+        "error: out of memory on cpu (OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB): lower "
+        "batch_size (more gradient_accumulation_steps keep the tokens per step), activation_checkpointing=True, "
+        "parallel='fsdp'")
+
+
+def test_a_runs_lines_are_its_log_word_for_word(data_dir, tmp_path, capsys):
+    """Each evaluation's line and each logged step's, from the numbers logged, and the last line naming what
+    comes next; out_dir's folders are made."""
+    out = tmp_path / "runs" / "six"
     run(data_dir, out, "--max_iters=6", "--log_interval=2")
     lines = capsys.readouterr().out.splitlines()
     said = [line for line in lines if line.startswith(("step ", "iter "))]
@@ -363,14 +375,6 @@ def test_what_train_py_itself_says_is_whole(data_dir, tmp_path, monkeypatch, cap
         assert line == f"step {e['iter']}: train loss {e['train_loss']:.4f}, val loss {e['val_loss']:.4f}" if (
             e["event"] == "eval") else line.startswith(f"iter {e['iter']}: loss {e['train_loss']:.4f}, "), line
     assert lines[-1] == f"finished at step 6, checkpoint in {out}; sample from it: python sample.py --out_dir={out}"
-
-    def oom(*args, **kwargs):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB\nsee the docs")
-    monkeypatch.setattr(train, "train_step", oom)
-    assert error_of(train.main, [*argv, "--max_iters=2"]) == (
-        "error: out of memory on cpu (OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB): lower "
-        "batch_size (more gradient_accumulation_steps keep the tokens per step), activation_checkpointing=True, "
-        "parallel='fsdp'")
 
 
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
