@@ -668,6 +668,8 @@ def test_hub_in_reach_dials_once_and_streams_the_train_split_lazily(hub_env, mon
 
 
 def test_shakespeare_reads_one_local_file_or_downloads_within_10_s_and_records_where_from(tmp_path, monkeypatch):
+    """A local copy is recorded by its real path; without one the text is downloaded (a stand-in urlopen here),
+    giving up after 10 s in one line that names --input."""
     (tmp_path / "input.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")
     local = tmp_path / "link.txt"
     local.symlink_to(tmp_path / "input.txt")
@@ -697,7 +699,8 @@ def test_shakespeare_reads_one_local_file_or_downloads_within_10_s_and_records_w
 
 def test_text_files_of_several_kinds_with_a_text_column_of_their_own(tmp_path, monkeypatch):
     """A .txt is its own text whatever --text_column names (the column is the rows' only); a row whose text is
-    null or empty adds nothing; a .jsonl without rows is 'no text', one line, not a traceback."""
+    null or empty adds nothing; the arguments are recorded whole; --input twice is --input A B; no --out is
+    data/text; ** matches any depth; a .jsonl without rows is 'no text', one line, not a traceback."""
     (tmp_path / "a.txt").write_text("plain text\n")
     (tmp_path / "b.jsonl").write_text('{"body": "row one"}\n{"body": null}\n{"body": ""}\n{"body": "two"}\n')
     (tmp_path / "blank.jsonl").write_text("\n\n")
