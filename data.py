@@ -37,6 +37,11 @@ def first_line(e):
     return f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
 
 
+def counted(n, noun):
+    """'1 byte', '2 bytes': n and its noun, plural unless n is 1."""
+    return f"{n:,} {noun}{'s' * (n != 1)}"
+
+
 def print_help(text):
     """Print text and exit 0, quietly when a reader such as `| head` closed the pipe early."""
     try:

@@ -34,8 +34,8 @@ import urllib.request
 import numpy as np
 from tqdm import tqdm
 
-from data import (DATASETS, GPT2_META, HEADER_BYTES, _gpt2, char_table, check_out_dir, first_line, get_tokenizer,
-                  locked_folder, read_shard, run_cli, write_json, write_shard)
+from data import (DATASETS, GPT2_META, HEADER_BYTES, _gpt2, char_table, check_out_dir, counted, first_line,
+                  get_tokenizer, locked_folder, read_shard, run_cli, write_json, write_shard)
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 BATCH_CHARS = 1 << 20  # text per worker task, and per piece of a .txt file: pickling costs little next to it
@@ -166,8 +166,8 @@ def _text_files(inputs, column):
         groups[BUILDERS[path.suffix.lower()]].append(str(path))
 
     def rows(builder, files):
-        what = f"{files[0]} ({len(files)} {builder} file{'s' * (len(files) > 1)})"
-        for row in _stream(what, "check them", builder, data_files=files):
+        for row in _stream(f"{files[0]} ({counted(len(files), builder + ' file')})", "check them", builder,
+                           data_files=files):
             if column not in row:
                 raise SystemExit(f"error: {files[0]} has no column {column!r} (it has {', '.join(row)}); "
                                  "pass --text_column NAME")
@@ -180,8 +180,7 @@ def _text_files(inputs, column):
     for builder in groups.keys() - {"text"}:  # a wrong --text_column is an argument error: found before any output
         next(rows(builder, groups[builder]), None)
     files = [f for group in groups.values() for f in group]
-    described = f"{len(files)} local file{'s' * (len(files) > 1)}: {', '.join(files)}"
-    return docs, described, sum(os.path.getsize(f) for f in files)
+    return docs, f"{counted(len(files), 'local file')}: {', '.join(files)}", sum(map(os.path.getsize, files))
 
 
 def _hub(dataset):
@@ -437,7 +436,7 @@ def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
     write_json(out / "meta.json", {**meta, "tokens": writer.tokens, "shards": writer.shards})
     (out / PROGRESS).unlink(missing_ok=True)
     if bad := _replaced["bytes"]:
-        print(f"warning: replaced {bad:,} byte{'s' * (bad > 1)} of invalid UTF-8 with U+FFFD", file=sys.stderr)
+        print(f"warning: replaced {counted(bad, 'byte')} of invalid UTF-8 with U+FFFD", file=sys.stderr)
     n, seconds = writer.tokens, time.time() - t0
     print(f"wrote {n['train']:,} train + {n['val']:,} val tokens "
           f"({meta['tokenizer']}, vocab {meta['vocab_size']:,}) "
@@ -537,8 +536,7 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="datasets:\n" + "\n".join(f"  {name:<17} {line}" for name, (_, line) in DATASETS.items()))
     add = parser.add_argument
     add("dataset", help="one of the datasets below")
