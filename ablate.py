@@ -224,11 +224,12 @@ def train_args(run):
 
 
 def check_before_training(runs, plan, env):
-    """Find every mistake before any run starts: eval.py loads the eval tasks, and train.py checks the
-    settings, data and checkpoint of each run not done yet, as one of nproc processes (both --dry_run,
-    writing nothing). The first failure is one line."""
+    """Find every mistake before any run starts: eval.py loads the eval tasks unless every run is scored,
+    and train.py checks the settings, data and checkpoint of each run not done yet, as one of nproc
+    processes (both --dry_run, writing nothing). The first failure is one line."""
     eval_args = [f"--{k}={v}" for k, v in plan["eval"].items() if v]
-    checks = [("the eval tasks", [EVAL, "--dry_run=True", *eval_args])] * bool(plan["eval"]["tasks"])
+    to_score = plan["eval"]["tasks"] and not all(evaluated(r["dir"], plan["eval"]) for r in runs)
+    checks = [("the eval tasks", [EVAL, "--dry_run=True", *eval_args])] * bool(to_score)
     checks += [(r["name"], [TRAIN, *train_args(r), "--dry_run=True"]) for r in runs if not done(r)]
     env = env | {"WORLD_SIZE": str(plan["nproc"])}  # the run's processes: its accumulation must split
     with ThreadPoolExecutor(plan["jobs"]) as pool:

@@ -661,7 +661,7 @@ def test_eval_scores_a_local_gpt2_as_the_reference_row(gpt2_dir, tasks_dir, ll_d
 
 # ------------------------------------------------------------------------------------- ablate.py --eval_tasks
 
-def test_ablate_scores_each_finished_run_once_and_tables_it(data_dir, tasks_dir, tmp_path):
+def test_ablate_scores_each_finished_run_once_and_tables_it(data_dir, tasks_dir, tmp_path, monkeypatch):
     args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--max_iters=5", "--eval_interval=5",
             "--modes=pre", "--seeds=1", "--eval_tasks=tiny_mc,tiny_ll", "--eval_limit=4",
             f"--eval_include_path={tasks_dir}"]
@@ -675,6 +675,7 @@ def test_ablate_scores_each_finished_run_once_and_tables_it(data_dir, tasks_dir,
     assert header.endswith("| tiny_mc acc_norm | tiny_ll acc |")
     assert row.endswith(f"| {report['scores']['tiny_mc']['value']:.4f} | {report['scores']['tiny_ll']['value']:.4f} |")
     before = (tmp_path / "ablate" / "pre_lr0.01_s1" / "eval.json").stat().st_mtime_ns
+    monkeypatch.setattr(ablate, "EVAL", str(tmp_path / "no_eval.py"))  # launched, even to check, it would fail
     ablate.main(args)  # trained and evaluated already: nothing runs again
     assert (tmp_path / "ablate" / "pre_lr0.01_s1" / "eval.json").stat().st_mtime_ns == before
 

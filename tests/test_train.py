@@ -181,12 +181,15 @@ def logged_numbers(out_dir):
 
 
 @pytest.fixture(scope="module")
-def two_processes(data_dir, tmp_path_factory):
+def two_processes(data_dir, tmp_path_factory, request):
     """Every mode on gpt2, and llama's pre, trained by 2 processes x 2 micro-batches in one torchrun launch (the
-    other pairs run in the one-process DDP test below)."""
+    other pairs run in the one-process DDP test below): the cases selected, all but where -k narrows them (as
+    tests/test_add_a_mode.py does to one mode)."""
     root = tmp_path_factory.mktemp("two")
+    cases = [tuple(item.callspec.params[k] for k in ("mode", "arch")) for item in request.session.items
+             if item.originalname == "test_two_torchrun_processes_match_one_process_with_accumulation"]
     runs = [[f"--data_dir={data_dir}", *TINY, *TWO_PROCESS_ARGS, f"--norm_mode={mode}", f"--arch={arch}",
-             f"--out_dir={root / f'{mode}-{arch}'}"] for mode, arch in TWO_PROCESS_RUNS]
+             f"--out_dir={root / f'{mode}-{arch}'}"] for mode, arch in cases]
     result = torchrun_mains(runs, root, timeout=600)
     assert result.stdout.count("= 2 processes x 2 micro-batches x 4 x 32") == len(runs)
     return root
