@@ -210,6 +210,18 @@ def test_two_torchrun_processes_match_one_process_with_accumulation(two_processe
     assert trained[0] is None and trained[1:] == pytest.approx([TOKENS_PER_STEP] * 3)  # step 1 is untimed
 
 
+def test_each_micro_batch_has_its_own_dropout_seed(data_dir):
+    """micro_batch(step, g) is a function of (seed, step, g), and its dropout seed is drawn from all of [0, 2^63):
+    no two of 400 micro-batches share their masks, and the same call draws the same batch and seed again."""
+    cfg, _ = train.configure([f"--data_dir={data_dir}", *TINY])
+    _, data = train.load_dataset(cfg)
+    seeds = [train.micro_batch(data, cfg, "cpu", step, g)[2] for step in range(200) for g in range(2)]
+    assert len(set(seeds)) == 400 and 0 <= min(seeds) and max(seeds) < 2**63 and max(seeds) > 2**60
+    x, y, seed = train.micro_batch(data, cfg, "cpu", 7, 1)
+    again = train.micro_batch(data, cfg, "cpu", 7, 1)
+    assert torch.equal(x, again[0]) and torch.equal(y, again[1]) and seed == again[2] == seeds[15]
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode", NORM_MODES)
 def test_ddp_syncs_the_gradients_once_after_the_last_micro_batch(data_dir, tmp_path, mode, arch):
@@ -294,6 +306,20 @@ def test_a_missing_dataset_names_the_command_that_prepares_it_and_pystdlib_is_ma
     assert made == [("pystdlib", tmp_path / "data" / "pystdlib")]
     assert checkpoint.load_model(str(tmp_path / "a"), "cpu")[0].config.vocab_size == load_meta(data_dir / "tiny")[
         "vocab_size"]
+
+
+def test_only_process_0_makes_pystdlib_and_the_run_makes_no_other_dataset(tmp_path, monkeypatch):
+    """load_dataset after the checks, pystdlib missing: process 0 makes it; another process never does (it
+    waits at the barrier; here, without torchrun, it finds none); and no process makes another dataset."""
+    made = []
+    monkeypatch.setattr(train.prepare_data, "prepare", lambda name, folder: made.append((name, folder)))
+    cfg = types.SimpleNamespace(data_dir=str(tmp_path), dataset="pystdlib", block_size=32)
+    assert train.load_dataset(cfg, False) == (None, None) and made == []
+    assert train.load_dataset(cfg, True) == (None, None)  # the stand-in made nothing to load
+    assert made == [("pystdlib", tmp_path / "pystdlib")]
+    cfg.dataset = "tiny"
+    assert error_of(train.load_dataset, cfg, True).startswith(f"error: {tmp_path / 'tiny'} is not prepared")
+    assert made == [("pystdlib", tmp_path / "pystdlib")]
 
 
 @pytest.mark.parametrize("poison, first", [("loss", 8), ("gradient", 8), ("loss", 1)])
