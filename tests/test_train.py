@@ -308,15 +308,18 @@ def test_a_missing_dataset_names_the_command_that_prepares_it_and_pystdlib_is_ma
         "vocab_size"]
 
 
-def test_only_process_0_makes_pystdlib_and_the_run_makes_no_other_dataset(tmp_path, monkeypatch):
+def test_only_process_0_makes_pystdlib_and_the_run_makes_no_other_dataset(data_dir, tmp_path, monkeypatch):
     """load_dataset after the checks, pystdlib missing: process 0 makes it; another process never does (it
-    waits at the barrier; here, without torchrun, it finds none); and no process makes another dataset."""
+    waits at the barrier; here, without torchrun, it finds none); made meanwhile (by another run), it is not
+    made again; and no process makes another dataset."""
     made = []
     monkeypatch.setattr(train.prepare_data, "prepare", lambda name, folder: made.append((name, folder)))
     cfg = types.SimpleNamespace(data_dir=str(tmp_path), dataset="pystdlib", block_size=32)
     assert train.load_dataset(cfg, False) == (None, None) and made == []
     assert train.load_dataset(cfg, True) == (None, None)  # the stand-in made nothing to load
     assert made == [("pystdlib", tmp_path / "pystdlib")]
+    shutil.copytree(data_dir / "tiny", tmp_path / "pystdlib")  # a stand-in build by another run
+    assert train.load_dataset(cfg, True)[0] == load_meta(data_dir / "tiny") and len(made) == 1
     cfg.dataset = "tiny"
     assert error_of(train.load_dataset, cfg, True).startswith(f"error: {tmp_path / 'tiny'} is not prepared")
     assert made == [("pystdlib", tmp_path / "pystdlib")]
