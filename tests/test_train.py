@@ -362,6 +362,8 @@ def test_the_checks_only_train_py_makes_are_whole_lines(data_dir, tmp_path, monk
     argv = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY]
     assert error_of(train.configure, [*argv, "--parallel=fsdp", "--log_layer_stats=True"]) == (
         "error: log_layer_stats needs the whole model in one process: use parallel='ddp' for it")
+    assert error_of(train.main, [*argv, "--parallel=fsdp", "--device=meta"]) == (  # devices' check, given parallel
+        "error: parallel='fsdp' and torchrun's processes run on cuda or cpu, not 'meta': choose one of those devices")
     assert error_of(train.configure, [*argv, "--parallel=fsdp", "--norm_mode=ngpt"]) == (
         "error: ngpt with parallel='fsdp' is not supported yet: use parallel='ddp'")
     assert error_of(train.main, [*argv, "--init_from=gpt2"]) == ("error: init_from=gpt2 needs a dataset in GPT-2 "
