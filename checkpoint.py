@@ -152,10 +152,11 @@ def check_vocabulary(ckpt, cfg, meta):
     vocabulary = lambda m: {k: m.get(k) for k in ("tokenizer", "vocab_size", "eot_token", "chars")}
     if "meta" in ckpt and vocabulary(ckpt["meta"]) != vocabulary(meta):
         old, was = ckpt["config"].get("dataset"), ckpt["meta"]
+        fix = (f"resume with --dataset={old}" if old != cfg.dataset else  # the same name, prepared again since
+               f"restore the {old} it trained on, or train anew in another out_dir")
         sys.exit(f"error: the checkpoint in {cfg.out_dir} was trained on {old} ({was['tokenizer']}, "
                  f"{was['vocab_size']} tokens), but {cfg.dataset} has another vocabulary "
-                 f"({meta['tokenizer']}, {meta['vocab_size']} tokens): its token ids would mean other text; "
-                 f"resume with --dataset={old}")
+                 f"({meta['tokenizer']}, {meta['vocab_size']} tokens): its token ids would mean other text; {fix}")
 
 
 def unprefixed(weights):

@@ -308,6 +308,24 @@ def test_a_missing_dataset_names_the_command_that_prepares_it_and_pystdlib_is_ma
         "vocab_size"]
 
 
+def test_a_resume_that_remakes_pystdlib_checks_it_against_the_checkpoint(data_dir, tmp_path, monkeypatch):
+    """pystdlib deleted after a run is made again by its resume, after the checks, and then checked as any
+    dataset is: another vocabulary (here a stand-in build of eight letters) is one line."""
+    letters = tmp_path / "letters.txt"
+    letters.write_text("abcdefgh" * 2000)
+    train.prepare_data.prepare("shakespeare_char", tmp_path / "letters", inputs=[str(letters)], workers=1)
+    builds = iter([data_dir / "tiny", tmp_path / "letters"])
+    monkeypatch.setattr(train.prepare_data, "prepare", lambda name, folder: shutil.copytree(next(builds), folder))
+    out, data = tmp_path / "out", tmp_path / "data"
+    argv = [f"--data_dir={data}", f"--out_dir={out}", *[a for a in TINY if not a.startswith("--dataset")]]
+    train.main([*argv, "--max_iters=2"])
+    shutil.rmtree(data / "pystdlib")
+    assert error_of(train.main, [*argv, "--max_iters=4", "--init_from=resume"]) == (
+        f"error: the checkpoint in {out} was trained on pystdlib (char, 62 tokens), but pystdlib has another "
+        "vocabulary (char, 8 tokens): its token ids would mean other text; restore the pystdlib it trained on, "
+        "or train anew in another out_dir")
+
+
 def test_only_process_0_makes_pystdlib_and_the_run_makes_no_other_dataset(data_dir, tmp_path, monkeypatch):
     """load_dataset after the checks, pystdlib missing: process 0 makes it; another process never does (it
     waits at the barrier; here, without torchrun, it finds none); made meanwhile (by another run), it is not
