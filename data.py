@@ -47,20 +47,31 @@ def print_help(text):
     try:
         print(text, flush=True)
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush fails no more
+        stdout_to_devnull()
     sys.exit(0)
+
+
+def stdout_to_devnull():
+    """stdout, whose reader closed it, made /dev/null: what is left to print, and the exit's flush, fail no more."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def run_cli(main):
     """A script's entry point: main(sys.argv[1:]). A Ctrl-C ends it in one line on stderr and
     exit status 130 (128 + SIGINT, as a shell reports it): 'interrupted: ' and what the KeyboardInterrupt says,
-    so a script that knows what it kept raises KeyboardInterrupt("kept ...: the same command resumes")."""
+    so a script that knows what it kept raises KeyboardInterrupt("kept ...: the same command resumes"). A reader
+    of its output that stops reading (`python sample.py | head`) ends it too: one line, exit status 141 (128 +
+    SIGPIPE, as a shell reports a tool that the closed pipe ended)."""
     try:
         main(sys.argv[1:])
     except KeyboardInterrupt as e:
         print(f"interrupted: {str(e) or 'stopped before the end; files are written whole or not at all'}",
               file=sys.stderr, flush=True)
         sys.exit(130)
+    except BrokenPipeError:
+        stdout_to_devnull()
+        print("stopped: the reader of its output closed it; files are written whole or not at all", file=sys.stderr)
+        sys.exit(141)
 
 
 # ----------------------------------------------------------------------------- writing files

@@ -210,19 +210,29 @@ def test_no_module_imports_a_command_line_tool_and_the_imports_have_no_cycle():
 RUN_CLI = """import sys, data
 def main(argv):
     print(argv, flush=True)
+    if argv[0] == "more":
+        for line in range(100_000):
+            print(line)
     if argv[0] == "stop":
         raise KeyboardInterrupt(*argv[1:])
 data.run_cli(main)
 """
 
 
-def test_run_cli_passes_argv_and_turns_ctrl_c_into_one_line_and_status_130():
+def test_run_cli_passes_argv_and_turns_ctrl_c_and_a_closed_pipe_into_one_line_and_their_status():
     run = lambda *args: subprocess.run([sys.executable, "-c", RUN_CLI, *args], cwd=ROOT, capture_output=True, text=True)
     done, said, plain = run("go", "--x=1"), run("stop", "kept 3 shards: the same command resumes"), run("stop")
     assert (done.returncode, done.stdout, done.stderr) == (0, "['go', '--x=1']\n", "")
     assert (said.returncode, said.stderr) == (130, "interrupted: kept 3 shards: the same command resumes\n")
     assert (plain.returncode, plain.stderr) == (
         130, "interrupted: stopped before the end; files are written whole or not at all\n")
+    # `| head -1`: the reader reads the first line and closes the pipe, and the lines after it have nowhere to go
+    piped = subprocess.Popen([sys.executable, "-c", RUN_CLI, "more"], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert piped.stdout.readline() == "['more']\n"
+    piped.stdout.close()
+    assert (piped.wait(timeout=60), piped.stderr.read()) == (
+        141, "stopped: the reader of its output closed it; files are written whole or not at all\n")
 
 
 def test_an_unusable_out_dir_is_one_line_naming_the_setting_and_the_path(tmp_path, monkeypatch):
