@@ -415,11 +415,14 @@ def test_the_checks_only_train_py_makes_are_whole_lines(data_dir, tmp_path, monk
 
 
 def test_a_runs_lines_are_its_log_word_for_word(data_dir, tmp_path, capsys):
-    """Each evaluation's line and each logged step's, from the numbers logged, and the last line naming what
-    comes next; out_dir's folders are made."""
+    """The first line, the model and its run; each evaluation's line and each logged step's, from the numbers
+    logged; and the last line naming what comes next; out_dir's folders are made."""
     out = tmp_path / "runs" / "six"
     run(data_dir, out, "--max_iters=6", "--log_interval=2")
     lines = capsys.readouterr().out.splitlines()
+    params = checkpoint.load_model(str(out), "cpu")[0].get_num_params()
+    assert lines[0] == f"{params / 1e6:.2f}M parameters on cpu in float32, 128 tokens per step = 1 process x 1 " \
+                       "micro-batch x 4 x 32" and lines[1].startswith("memory per process, estimated: ")
     said = [line for line in lines if line.startswith(("step ", "iter "))]
     logged = [e for e in events(out) if e["event"] in ("eval", "train")]  # 0, 2, 4, 5, 6 and 6 again
     assert [e["iter"] for e in logged] == [0, 2, 4, 5, 6, 6] and len(said) == len(logged)
