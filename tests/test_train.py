@@ -155,6 +155,8 @@ def test_max_iters_runs_exactly_that_many_optimizer_steps(data_dir, tmp_path):
     # step s runs at get_lr(s): warmup_iters=2 gives lr/3, 2·lr/3, then lr at step 2
     assert [e["lr"] for e in events(tmp_path, "train")][:3] == pytest.approx([1e-3, 2e-3, 3e-3])
     assert stepped_at == [{e["lr"]} for e in events(tmp_path, "train")]
+    lr_at = {e["iter"] - 1: e["lr"] for e in events(tmp_path, "train")}  # the lr each step ran at
+    assert [(e["iter"], e["lr"]) for e in events(tmp_path, "eval")][:2] == [(0, lr_at[0]), (5, lr_at[5])]  # the next
     ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert ckpt["iter_num"] == 7
     assert all(state["step"] == 7 for state in ckpt["optimizer"]["state"].values())
