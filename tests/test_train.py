@@ -143,6 +143,25 @@ def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(dat
         [last["train_loss"], last["val_loss"]], rel=1e-6)
 
 
+def test_a_checkpoint_is_saved_at_every_evaluation_or_at_each_that_improves(data_dir, tmp_path, monkeypatch):
+    """always_save_checkpoint: at every evaluation but step 0's. False: where val loss fell below the best so
+    far (an equal loss is no gain: at lr 0, none), and at the end."""
+    saved, save_run = [], checkpoint.save_run
+    monkeypatch.setattr(checkpoint, "save_run", lambda *args: saved.append(args[-1].step) or save_run(*args))
+    run(data_dir, tmp_path / "always", "--max_iters=3", "--eval_interval=1")
+    assert saved == [1, 2, 3]
+    saved.clear()
+    run(data_dir, tmp_path / "frozen", "--max_iters=3", "--eval_interval=1", "--always_save_checkpoint=False",
+        "--learning_rate=0", "--min_lr=0")
+    assert saved == [3]
+    saved.clear()
+    learning = run(data_dir, tmp_path / "learning", "--max_iters=4", "--eval_interval=1",
+                   "--always_save_checkpoint=False")
+    val = [e["val_loss"] for e in learning if e["event"] == "eval"]
+    improved = [step for step in range(1, 5) if val[step] < min(val[:step])]
+    assert improved and saved == improved + [4] * (4 not in improved)
+
+
 def test_max_iters_runs_exactly_that_many_optimizer_steps(data_dir, tmp_path):
     stepped_at = []  # the learning rates of each optimizer step's parameter groups
     handle = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: stepped_at.append(
