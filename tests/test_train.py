@@ -162,6 +162,13 @@ def test_a_checkpoint_is_saved_at_every_evaluation_or_at_each_that_improves(data
     assert improved and saved == improved + [4] * (4 not in improved)
 
 
+def test_a_run_whose_evaluations_are_all_nan_has_no_best_val_loss(data_dir, tmp_path, monkeypatch):
+    """No val loss was ever below infinity: the end line's best_val_loss is None, not infinity."""
+    monkeypatch.setattr(train, "evaluate", lambda *args: (math.nan, math.nan))
+    end = run(data_dir, tmp_path, "--max_iters=2")[-1]
+    assert end["event"] == "end" and end["best_val_loss"] is None and math.isnan(end["final_val_loss"])
+
+
 def test_max_iters_runs_exactly_that_many_optimizer_steps(data_dir, tmp_path):
     stepped_at = []  # the learning rates of each optimizer step's parameter groups
     handle = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: stepped_at.append(
