@@ -532,7 +532,7 @@ def test_eval_tasks_are_checked_first_and_scored_after_each_run_unless_scored_al
     assert len(re.findall(r": ran, evaluated, \d+ s, val loss", printed)) == 2
     assert "| piqa acc | arc_easy acc |" in (tmp_path / "out" / "ablate" / "results.md").read_text()
     main("--modes=pre", "--seeds=1,2", "--eval_tasks=piqa,arc_easy", "--eval_limit=3")
-    assert [c["script"] for c in calls()] == ["eval.py"]  # the check only: both scored
+    assert calls() == []  # both scored: nothing runs, not even the tasks' check
     printed, _ = main("--modes=pre", "--seeds=1,2", "--eval_tasks=piqa,arc_easy")  # all examples: score again
     assert [c["args"].get("limit") for c in calls()] == [None, None, None]
     assert len(re.findall(r": skipped, evaluated, \d+ s, val loss", printed)) == 2
