@@ -228,10 +228,15 @@ def test_the_first_step_of_a_run_and_of_a_resume_is_left_out_of_the_timing(data_
     windows = events(tmp_path, "train")
     assert [e["timed_steps"] for e in windows] == [1, 2, 1, 2]
     assert windows[0]["ms_per_iter"] < 1000 and windows[2]["ms_per_iter"] < 1000  # the slow second is not in them
+    [end] = events(tmp_path, "end")  # the resumed run's (the log is cut back to the checkpoint's step)
+    seconds = [w["timed_steps"] * w["ms_per_iter"] / 1000 for w in windows[2:]]  # its own timed steps only
+    tokens = [w["tokens_per_s"] * s for w, s in zip(windows[2:], seconds)]
+    assert end["tokens_per_s"] == pytest.approx(sum(tokens) / sum(seconds), rel=1e-9)
     run(data_dir, tmp_path / "each", "--max_iters=2")  # log_interval=1: the first window holds step 1 alone
     first, second = events(tmp_path / "each", "train")
     assert (first["timed_steps"], first["ms_per_iter"], first["tokens_per_s"]) == (0, None, None)
     assert second["timed_steps"] == 1 and second["ms_per_iter"] > 0
+    assert events(tmp_path / "each", "end")[0]["tokens_per_s"] == pytest.approx(second["tokens_per_s"], rel=1e-9)
 
 
 def test_a_step_waits_for_the_device_once_and_reads_each_batch_before_the_backward_before_it(data_dir, tmp_path,
