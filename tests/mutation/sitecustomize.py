@@ -74,7 +74,13 @@ def record_to_file():
 
     atexit.register(write)  # a process that exits normally
     import multiprocessing.util  # a forked multiprocessing child leaves by os._exit, after its finalizers
-    multiprocessing.util.Finalize(None, write, exitpriority=0)
+
+    def finalize(_):
+        multiprocessing.util.Finalize(None, write, exitpriority=0)
+
+    finalize(None)
+    # a multiprocessing Process clears the finalizers it forked with, then runs the after-fork hooks: once more
+    multiprocessing.util.register_after_fork(write, finalize)
 
 
 def record_forked_children():
