@@ -511,6 +511,19 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file_on_resume_and_on_load(
     assert tree(out) == before
 
 
+def test_under_torchrun_process_0_alone_checks_the_checkpoint_it_resumes(both_kinds, tmp_path, monkeypatch, capsys):
+    """Process 0 reads every byte of the checkpoint to check it (and says when it has no checksums); the others
+    load it unchecked, as eight processes checking would read it eight times over."""
+    out = tmp_path / "run"
+    shutil.copytree(both_kinds["whole"], out, symlinks=True)
+    checkpoint.sums_path(out / "ckpt.pt").unlink()  # so that a check shows: its notice
+    for rank, checks in ((None, True), ("0", True), ("1", False), ("7", False)):  # None: no torchrun
+        monkeypatch.delenv("RANK", raising=False) if rank is None else monkeypatch.setenv("RANK", rank)
+        cfg, ckpt = train.configure([f"--out_dir={out}", "--init_from=resume", "--max_iters=8"])
+        assert ckpt["iter_num"] == 4 and cfg.max_iters == 8
+        assert ("has no checksums" in capsys.readouterr().err) == checks, rank
+
+
 def test_a_checkpoint_without_checksums_loads_with_a_notice(both_kinds, tmp_path, capsys):
     """As an older normgpt saved it: it loads unchecked, saying so in one line; the next save records them."""
     for kind, name in (("whole", "ckpt.pt"), ("sharded", "ckpt")):
