@@ -224,8 +224,11 @@ def restore(model, optimizer, ckpt, out_dir):
                        optim_state_dict=state["optimizer"],
                        options=StateDictOptions(full_state_dict="sharded" not in ckpt))
     except (Exception, dcp.CheckpointException) as e:  # a RuntimeError, KeyError, DCP's BaseException, ...
-        sys.exit(f"error: the checkpoint in {out_dir} does not fit these settings ({first_line(e)}):"
-                 " resume with the model settings it was trained with")
+        if isinstance(e, dcp.CheckpointException):  # its first line names the ranks; the first rank's error says why
+            e = next(iter(e.failures.values()))[0]
+        # train.py has checked the model settings against the checkpoint's: what is left is a model.py edited since
+        sys.exit(f"error: the checkpoint in {out_dir} does not fit this model ({first_line(e)}): resume with the "
+                 "model.py and model settings it was trained with")
     for group, hyperparameters in zip(optimizer.param_groups, now):
         group.update(hyperparameters)
 

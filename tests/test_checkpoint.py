@@ -452,8 +452,8 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_one_line_for_resume_and_for
     wider = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=8, vocab_size=48))
     assert error_of(checkpoint.restore, wider, torch.optim.AdamW(wider.parameters()),
                     checkpoint.load_checkpoint(str(tmp_path)), str(tmp_path)) == (
-        f"error: the checkpoint in {tmp_path} does not fit these settings (RuntimeError: Error(s) in loading "
-        "state_dict for GPT:): resume with the model settings it was trained with")
+        f"error: the checkpoint in {tmp_path} does not fit this model (RuntimeError: Error(s) in loading "
+        "state_dict for GPT:): resume with the model.py and model settings it was trained with")
     assert error_of(checkpoint.load_checkpoint, str(tmp_path / "none")) == (
         f"error: init_from='resume' but {tmp_path / 'none'} holds no checkpoint (ckpt.pt or ckpt/): set out_dir, "
         "or train from scratch first")

@@ -511,6 +511,27 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file_on_resume_and_on_load(
     assert tree(out) == before
 
 
+@pytest.mark.parametrize("kind", ["whole", "sharded"])
+def test_a_checkpoint_that_model_py_no_longer_fits_is_one_line_naming_out_dir(both_kinds, kind, tmp_path,
+                                                                                 monkeypatch):
+    """A fork that adds a parameter to the model and then resumes an older run: one line, and the run's folder
+    stays as it was."""
+    class Edited(train.GPT):
+        def __init__(self, config):
+            super().__init__(config)
+            self.gate = torch.nn.Parameter(torch.ones(1))  # one more parameter than the checkpoint holds
+
+    out = tmp_path / kind
+    shutil.copytree(both_kinds[kind], out, symlinks=True)
+    before = tree(out)
+    monkeypatch.setattr(train, "GPT", Edited)
+    error = error_of(run, both_kinds["whole"].parent / "data", out, "--max_iters=8", "--init_from=resume",
+                     f"--parallel={'fsdp' if kind == 'sharded' else 'ddp'}")
+    assert error.startswith(f"error: the checkpoint in {out} does not fit this model (")
+    assert "gate" in error and error.endswith("): resume with the model.py and model settings it was trained with")
+    assert tree(out) == before
+
+
 def test_under_torchrun_process_0_alone_checks_the_checkpoint_it_resumes(both_kinds, tmp_path, monkeypatch, capsys):
     """Process 0 reads every byte of the checkpoint to check it (and says when it has no checksums); the others
     load it unchecked, as eight processes checking would read it eight times over."""
