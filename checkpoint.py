@@ -195,7 +195,7 @@ def load_model(out_dir, device):
         meta = ckpt["meta"]
         vocab_size = meta["vocab_size"]
     except (Exception, dcp.CheckpointException) as e:  # DCP's exception is a BaseException
-        raise SystemExit(f"error: {path} does not fit this model.py ({first_line(e)}); train it again")
+        raise SystemExit(f"error: {path} does not fit this model.py ({why_not(e)}); train it again")
     if vocab_size < model.config.vocab_size:  # e.g. GPT-2's 50257 padded to 50304: the padding ids have no
         model.lm_head.weight = nn.Parameter(model.lm_head.weight[:vocab_size])  # text, never sample them
     return model.eval(), meta
@@ -207,6 +207,11 @@ def start_token(meta):
     if meta["eot_token"] is not None:
         return meta["eot_token"]
     return meta["chars"].index("\n") if "\n" in meta["chars"] else None
+
+
+def why_not(e):
+    """A failed load's error as one line; DCP's, as its first failing rank's (its own first line names ranks)."""
+    return first_line(next(iter(e.failures.values()))[0] if isinstance(e, dcp.CheckpointException) else e)
 
 
 def restore(model, optimizer, ckpt, out_dir):
@@ -224,10 +229,8 @@ def restore(model, optimizer, ckpt, out_dir):
                        optim_state_dict=state["optimizer"],
                        options=StateDictOptions(full_state_dict="sharded" not in ckpt))
     except (Exception, dcp.CheckpointException) as e:  # a RuntimeError, KeyError, DCP's BaseException, ...
-        if isinstance(e, dcp.CheckpointException):  # its first line names the ranks; the first rank's error says why
-            e = next(iter(e.failures.values()))[0]
         # train.py has checked the model settings against the checkpoint's: what is left is a model.py edited since
-        sys.exit(f"error: the checkpoint in {out_dir} does not fit this model ({first_line(e)}): resume with the "
+        sys.exit(f"error: the checkpoint in {out_dir} does not fit this model ({why_not(e)}): resume with the "
                  "model.py and model settings it was trained with")
     for group, hyperparameters in zip(optimizer.param_groups, now):
         group.update(hyperparameters)

@@ -33,8 +33,10 @@ GPT2_META = dict(tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None
 
 
 def first_line(e):
-    """An exception as one line: its type and the first line of its message."""
-    return f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
+    """An exception as one line: its type and the first line of its message, and the line after it where the
+    first ends in a colon (torch's load_state_dict: "Error(s) in loading state_dict for GPT:", then the keys)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()] or ["-"]
+    return f"{type(e).__name__}: {' '.join(lines[:2] if lines[0].endswith(':') else lines[:1])}"
 
 
 def counted(n, noun):

@@ -453,7 +453,9 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_one_line_for_resume_and_for
     assert error_of(checkpoint.restore, wider, torch.optim.AdamW(wider.parameters()),
                     checkpoint.load_checkpoint(str(tmp_path)), str(tmp_path)) == (
         f"error: the checkpoint in {tmp_path} does not fit this model (RuntimeError: Error(s) in loading "
-        "state_dict for GPT:): resume with the model.py and model settings it was trained with")
+        "state_dict for GPT: size mismatch for transformer.wte.weight: copying a param with shape torch.Size([48, 16])"
+        " from checkpoint, the shape in current model is torch.Size([48, 32]).): resume with the model.py and model "
+        "settings it was trained with")
     assert error_of(checkpoint.load_checkpoint, str(tmp_path / "none")) == (
         f"error: init_from='resume' but {tmp_path / 'none'} holds no checkpoint (ckpt.pt or ckpt/): set out_dir, "
         "or train from scratch first")

@@ -169,9 +169,12 @@ def test_gpt2_is_padded_to_a_multiple_of_64_and_a_character_table_is_not():
 
 # ----------------------------------------------------------------------------- for every script
 
-def test_first_line_is_the_type_and_the_first_line_of_the_message():
+def test_first_line_is_the_type_and_the_first_line_of_the_message_and_what_its_colon_introduces():
     assert first_line(OSError("\n  no such file\nmore")) == "OSError: no such file"
     assert first_line(ValueError()) == "ValueError: -"
+    assert first_line(RuntimeError("Error(s) in loading state_dict for GPT:\n\n\tMissing key(s): 'gate'.\n\tmore")) == (
+        "RuntimeError: Error(s) in loading state_dict for GPT: Missing key(s): 'gate'.")  # what the colon introduces
+    assert first_line(RuntimeError("nothing after:")) == "RuntimeError: nothing after:"
 
 
 def test_data_imports_without_torch():

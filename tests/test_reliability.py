@@ -514,8 +514,8 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file_on_resume_and_on_load(
 @pytest.mark.parametrize("kind", ["whole", "sharded"])
 def test_a_checkpoint_that_model_py_no_longer_fits_is_one_line_naming_out_dir(both_kinds, kind, tmp_path,
                                                                                  monkeypatch):
-    """A fork that adds a parameter to the model and then resumes an older run: one line, and the run's folder
-    stays as it was."""
+    """A fork that adds a parameter to the model, then resumes or samples an older run: one line naming the
+    parameter, and the run's folder stays as it was."""
     class Edited(train.GPT):
         def __init__(self, config):
             super().__init__(config)
@@ -529,6 +529,10 @@ def test_a_checkpoint_that_model_py_no_longer_fits_is_one_line_naming_out_dir(bo
                      f"--parallel={'fsdp' if kind == 'sharded' else 'ddp'}")
     assert error.startswith(f"error: the checkpoint in {out} does not fit this model (")
     assert "gate" in error and error.endswith("): resume with the model.py and model settings it was trained with")
+    monkeypatch.setattr(checkpoint, "GPT", Edited)  # sample.py and eval.py load it so
+    error = error_of(checkpoint.load_model, str(out), "cpu")
+    assert error.startswith(f"error: {checkpoint.find_checkpoint(out)} does not fit this model.py (")
+    assert "gate" in error and error.endswith("); train it again")
     assert tree(out) == before
 
 
