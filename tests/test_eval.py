@@ -30,12 +30,31 @@ from test_sample import tree, tripwire
 
 lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
+from lm_eval.tasks import TaskManager  # noqa: E402
 
 TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=8",
         "--eval_iters=1", "--warmup_iters=0", "--learning_rate=1e-2", "--device=cpu", "--compile=False"]
 QUESTIONS = ["ROMEO:\nWhat say", "JULIET:\nI shall", "KING:\nThou art the", "First Citizen:\nWe are",
              "MENENIUS:\nWhy, masters,", "CORIOLANUS:\nHe that gives"]
 CHOICES = [" you?", " thee.", " king.", " lord!"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lm_evals_own_tasks_indexed_once():
+    """Indexing lm-eval's own ~15,000 tasks takes 8 s; eval.py does it at most once a process, and so do these
+    tests in theirs: one index for each include_path, shared."""
+    indexed = {}
+
+    def task_manager(include_path=None, include_defaults=True):
+        if not include_defaults:  # the include_path's tasks alone: quick
+            return TaskManager(include_path=include_path, include_defaults=False)
+        if include_path not in indexed:
+            indexed[include_path] = TaskManager(include_path=include_path)
+        return indexed[include_path]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(evaluation, "TaskManager", task_manager)
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -734,7 +753,7 @@ def lm_eval_spy(monkeypatch):
         calls.append(kwargs)
         return json.loads(json.dumps(FAKE_RESULTS))  # a copy, as lm-eval's own is fresh
 
-    class SpyManager(evaluation.TaskManager):
+    class SpyManager(TaskManager):
         """lm-eval's TaskManager, but lm-eval's own ~15,000 tasks left unindexed (seconds each time): own_tasks
         says whether eval.py asked for them."""
         def __init__(self, include_path=None, include_defaults=True):
