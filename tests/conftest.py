@@ -117,3 +117,39 @@ def torchrun_mains(argvs, folder, timeout):
     result = torchrun([str(folder / "driver.py"), json.dumps(argvs)], timeout)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
+
+
+def events(out_dir, kind=None):
+    """The records of out_dir/log.jsonl, or only those whose event is kind."""
+    lines = (out_dir / "log.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if kind in (None, e["event"])]
+
+
+def logged_numbers(out_dir):
+    """Every line of log.jsonl, its timing fields (which differ run to run) as what they must agree on: the
+    tokens a step trained (tokens/s x s/step) and the steps timed; MFU is None on CPU."""
+    lines = []
+    for e in events(out_dir):
+        timing = {k: e.pop(k) for k in ("ms_per_iter", "tokens_per_s", "mfu") if k in e}
+        if e["event"] == "train":
+            tokens_per_s = timing["tokens_per_s"]
+            e["tokens_per_step"] = tokens_per_s and tokens_per_s * timing["ms_per_iter"] / 1000
+        assert timing.get("mfu") is None
+        flat = {f"{k}[{i}]": v for k, vs in e.items() if isinstance(vs, list) for i, v in enumerate(vs)}
+        lines.append(flat | {k: v for k, v in e.items() if not isinstance(v, list)})  # layer_stats flattened
+    return lines
+
+
+def assert_same_records(got, want, rel, abs):
+    """Two lists of log records agree field by field: the same records and keys, numbers within rel or abs
+    of each other, everything else (event names, statuses, None) equal. pytest.approx compares numbers
+    only: pytest 9.2 refuses a record that holds a string."""
+    assert len(got) == len(want), (len(got), len(want))
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys(), (a, b)
+        for key, value in b.items():
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if number and a[key] is not None:
+                assert a[key] == pytest.approx(value, rel=rel, abs=abs), (key, a, b)
+            else:
+                assert a[key] == value, (key, a, b)

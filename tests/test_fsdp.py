@@ -20,9 +20,8 @@ import devices
 import measure
 import sample
 import train
-from conftest import ROOT, torchrun, torchrun_mains
+from conftest import ROOT, assert_same_records, logged_numbers, torchrun, torchrun_mains
 from model import GPT, GPTConfig, NORM_MODES
-from test_train import logged_numbers
 
 TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
         "--eval_iters=3", "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3", "--lr_decay_iters=10"]
@@ -94,8 +93,7 @@ def test_fsdp_and_ddp_give_the_same_losses_with_accumulation_and_clipping(two_pr
     assert min(grad_norms(fsdp)) > CLIP  # the norm over both shards, and clipped to CLIP
     assert grad_norms(fsdp) == pytest.approx(grad_norms(ddp), rel=1e-4)
     # and every other logged number: lr, the evaluations, the tokens a step trains, the end line
-    for a, b in zip(logged_numbers(fsdp), logged_numbers(ddp), strict=True):
-        assert a == pytest.approx(b, abs=1e-5, rel=1e-4), (a, b)
+    assert_same_records(logged_numbers(fsdp), logged_numbers(ddp), rel=1e-4, abs=1e-5)
 
 
 def test_fsdp_resumes_exactly_from_its_own_and_from_a_ddp_checkpoint(two_processes):

@@ -25,7 +25,7 @@ import configurator
 import devices
 import measure
 import train
-from conftest import error_of, torchrun_mains
+from conftest import assert_same_records, error_of, events, logged_numbers, torchrun_mains
 from data import get_batch, load_meta
 from model import ARCHS, GPT, GPTConfig, NORM_MODES
 
@@ -38,11 +38,6 @@ def run(data_dir, out_dir, *args):
     """train.py in this process, on the tiny settings; returns the events of out_dir/log.jsonl."""
     train.main([f"--data_dir={data_dir}", f"--out_dir={out_dir}", *TINY, *args])
     return events(out_dir)
-
-
-def events(out_dir, kind=None):
-    lines = (out_dir / "log.jsonl").read_text().splitlines()
-    return [e for e in map(json.loads, lines) if kind in (None, e["event"])]
 
 
 def losses(out_dir):
@@ -194,20 +189,6 @@ TWO_PROCESS_ARGS = ["--max_iters=4", "--eval_interval=2", "--eval_iters=3", "--g
 TOKENS_PER_STEP = 4 * 4 * 32  # 4 micro-batches (2 processes x 2, or 1 x 4) of TINY's 4 x 32
 
 
-def logged_numbers(out_dir):
-    """Every line of log.jsonl, its timing fields (which differ run to run) as what they must agree on: the
-    tokens a step trained (tokens/s x s/step) and the steps timed; MFU is None on CPU."""
-    lines = []
-    for e in events(out_dir):
-        timing = {k: e.pop(k) for k in ("ms_per_iter", "tokens_per_s", "mfu") if k in e}
-        if e["event"] == "train":
-            e["tokens_per_step"] = timing["tokens_per_s"] and timing["tokens_per_s"] * timing["ms_per_iter"] / 1000
-        assert timing.get("mfu") is None
-        lines.append({f"{k}[{i}]": v for k, vs in e.items() if isinstance(vs, list) for i, v in enumerate(vs)}
-                     | {k: v for k, v in e.items() if not isinstance(v, list)})  # layer_stats' lists flattened
-    return lines
-
-
 @pytest.fixture(scope="module")
 def two_processes(data_dir, tmp_path_factory, request):
     """Every mode on gpt2, and llama's pre, trained by 2 processes x 2 micro-batches in one torchrun launch (the
@@ -232,8 +213,7 @@ def test_two_torchrun_processes_match_one_process_with_accumulation(two_processe
     assert [i for i, _ in losses(two)] == [i for i, _ in losses(one)] == list(range(1, 5))
     assert [e["iter"] for e in events(two, "eval")] == [e["iter"] for e in events(one, "eval")] == [0, 2, 4]
     # every logged number: losses, lr, gradient norms, each block's statistics, tokens a step, the end line
-    for a, b in zip(logged_numbers(two), logged_numbers(one), strict=True):
-        assert a == pytest.approx(b, abs=1e-5, rel=1e-5), (a, b)
+    assert_same_records(logged_numbers(two), logged_numbers(one), rel=1e-5, abs=1e-5)
     trained = [e["tokens_per_step"] for e in logged_numbers(one) if e["event"] == "train"]
     assert trained[0] is None and trained[1:] == pytest.approx([TOKENS_PER_STEP] * 3)  # step 1 is untimed
 
