@@ -40,6 +40,20 @@ SHARDED_SUMS = "checksums.json"  # a sharded checkpoint's checksums, in its fold
 MAY_CHANGE = ("dropout",)  # the model settings a resume may set anew: they change the training, not the model
 
 
+RUN_FILES = ("config.json", "log.jsonl", "ckpt.pt", "ckpt.pt.crc32.json")  # each written whole, through NAME.tmp
+
+
+def check_run_files(out_dir, names=RUN_FILES):
+    """Each of the files a run writes in out_dir (names), and NAME.tmp it is written through, is a file
+    or absent: a folder by such a name would stop the run at its first write, after it trained. One line,
+    before anything is written."""
+    for name in names:
+        for path in (Path(out_dir) / name, Path(out_dir) / f"{name}.tmp"):
+            if (path.exists() or path.is_symlink()) and not path.is_file():
+                sys.exit(f"error: {path} is not a file, and the run writes a file there: move it out of "
+                         f"{out_dir}, or choose another out_dir")
+
+
 def find_checkpoint(out_dir):
     """The checkpoint train.py left in out_dir, None if none: ckpt.pt (whole), or ckpt, a link to the folder
     ckpt-STEP of a sharded one. Both are there only after a crash while one replaced the other: the newer.
@@ -146,17 +160,29 @@ def check_resume(ckpt, given, cfg):
                  f"give a max_iters above {step} to go on")
 
 
-def check_vocabulary(ckpt, cfg, meta):
-    """A resume reads its tokens as the checkpoint's model learned them: a dataset with another vocabulary
-    (meta.json) is a one-line error naming both datasets."""
+def check_data(ckpt, cfg, meta):
+    """A resume reads the data the checkpoint's model trained on, as it learned its tokens: a dataset with
+    another vocabulary, or other shards (their sha256 in meta.json: the same name prepared again from other
+    text), is a one-line error naming both datasets."""
+    if "meta" not in ckpt:  # an older normgpt's checkpoint: nothing to compare
+        return
+    old, was = ckpt["config"].get("dataset"), ckpt["meta"]
+    fix = (f"resume with --dataset={old}" if old != cfg.dataset else  # the same name, prepared again since
+           f"restore the {old} it trained on, or train anew in another out_dir")
     vocabulary = lambda m: {k: m.get(k) for k in ("tokenizer", "vocab_size", "eot_token", "chars")}
-    if "meta" in ckpt and vocabulary(ckpt["meta"]) != vocabulary(meta):
-        old, was = ckpt["config"].get("dataset"), ckpt["meta"]
-        fix = (f"resume with --dataset={old}" if old != cfg.dataset else  # the same name, prepared again since
-               f"restore the {old} it trained on, or train anew in another out_dir")
+    if vocabulary(was) != vocabulary(meta):
         sys.exit(f"error: the checkpoint in {cfg.out_dir} was trained on {old} ({was['tokenizer']}, "
                  f"{was['vocab_size']} tokens), but {cfg.dataset} has another vocabulary "
                  f"({meta['tokenizer']}, {meta['vocab_size']} tokens): its token ids would mean other text; {fix}")
+    if "shards" in was and shard_digests(was) != shard_digests(meta):
+        sys.exit(f"error: the checkpoint in {cfg.out_dir} was trained on other data than {cfg.dataset} "
+                 f"holds now (its shards' sha256 in meta.json differ from those {old} had): the run would "
+                 f"go on on other text; {fix}")
+
+
+def shard_digests(meta):
+    """Each shard of meta.json as (file, sha256), train then val: the data a run reads, named by content."""
+    return [(s.get("file"), s.get("sha256")) for split in ("train", "val") for s in meta["shards"][split]]
 
 
 def unprefixed(weights):
@@ -308,13 +334,22 @@ def remove_checkpoints(out_dir, keep):
 
 
 def read_events(path):
-    """The events of a run's log.jsonl (none if it is missing), less a line cut short by a crash."""
+    """The events of a run's log.jsonl (none if it is missing), less a line cut short by a crash. A file
+    that is not a run's log (a folder, a line that is not a record) is a one-line error."""
+    try:
+        lines = path.read_text().splitlines() if path.exists() else []
+    except (OSError, UnicodeDecodeError) as e:
+        sys.exit(f"error: cannot read {path} ({first_line(e)}): move it away, or choose another out_dir")
     events = []
-    for line in path.read_text().splitlines() if path.exists() else []:
+    for number, line in enumerate(lines, 1):
         try:
-            events.append(json.loads(line))
-        except ValueError:
-            pass
+            event = json.loads(line)
+        except ValueError:  # cut short by a crash
+            continue
+        if not isinstance(event, dict) or not isinstance(event.get("event"), str) or "iter" not in event:
+            sys.exit(f"error: {path}, line {number}, is not a log record ({line[:40]!r}): the file is not "
+                     "train.py's log; move it away, or choose another out_dir")
+        events.append(event)
     return events
 
 
@@ -363,5 +398,8 @@ def read_log(folder):
 def evaluated(folder, evaluation):
     """Whether folder/eval.json scored the tasks with the limit asked for."""
     path = folder / "eval.json"
-    done = json.loads(path.read_text())["settings"] if path.exists() else {}
+    try:
+        done = json.loads(path.read_text())["settings"] if path.exists() else {}
+    except (OSError, ValueError, KeyError, TypeError) as e:  # a folder, not JSON, not eval.py's
+        sys.exit(f"error: {path} is not eval.py's report ({first_line(e)}): move it away to score again")
     return all(done.get(k) == evaluation[k] for k in ("tasks", "limit"))

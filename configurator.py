@@ -11,6 +11,7 @@ import ast
 import builtins
 import dataclasses
 import difflib
+import math
 import os
 import sys
 import types
@@ -69,6 +70,8 @@ def checked(name, value, settings, where, ranges=None):
     if type(value) not in accepts:  # exactly: True is no int here, nor 1 a bool
         kinds = " or ".join("None" if t is type(None) else t.__name__ for t in accepts)
         sys.exit(f"error: {name} must be {kinds}, got {value!r} in {where}")
+    if type(value) is float and not math.isfinite(value):  # 1e999 reads as inf; nan from a config file
+        sys.exit(f"error: {name} must be a finite number, got {value!r} in {where}")
     if name == "init_from" and os.path.isdir(value):  # a local GPT-2 beside the named choices
         return value
     if value is not None and name in (ranges or {}) and (bounds := outside(value, ranges[name])):

@@ -14,6 +14,7 @@ import math
 import os
 import pathlib
 import sys
+import tempfile
 
 import numpy as np
 
@@ -80,15 +81,38 @@ def run_cli(main):
 
 def check_out_dir(path, setting):
     """Exit in one line naming setting (e.g. --out) unless path is a folder, or can be made as one, in a
-    folder this process may write in: checked before anything is written."""
+    folder this process may write in: checked before anything is written. Refused: empty, a file or under
+    one, a symlink loop or a link to nothing, no permission, a pseudo-filesystem (/proc, /sys)."""
+    existing = nearest_entry(path, setting)
     path = pathlib.Path(path)
-    existing = next(p for p in (path, *path.absolute().parents) if p.exists())
     if not existing.is_dir():
         where = "is" if existing == path else f"is under {existing}, which is"
         raise SystemExit(f"error: {setting} {path} {where} a file, not a folder; choose a folder (made if missing)")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise SystemExit(f"error: {setting} {path}: no permission to write in {existing}; choose a folder you "
-                         "can write in")
+    try:  # os.access says yes to root anywhere, and /proc takes no new folder: try one
+        tempfile.TemporaryDirectory(dir=existing, prefix=".normgpt-check-").cleanup()
+    except OSError as e:
+        raise SystemExit(f"error: {setting} {path}: cannot write in {existing} ({e.strerror}); choose a "
+                         "folder you can write in")
+
+
+def nearest_entry(path, setting):
+    """path, or the nearest of its parents that exists; an empty path, a symlink loop or a link to nothing on
+    the way is a one-line error naming setting."""
+    if not str(path).strip():
+        raise SystemExit(f"error: {setting} is empty: name a folder")
+    path = pathlib.Path(path)
+    for entry in (path, *path.absolute().parents):
+        try:
+            os.lstat(entry)
+        except OSError:  # not there (or under a link that is not there): look higher up
+            continue
+        try:
+            os.stat(entry)  # follows every link on the way
+        except OSError as e:
+            raise SystemExit(f"error: {setting} {path}: {entry} is a link that leads nowhere "
+                             f"({e.strerror}); fix the link or choose another folder")
+        return entry
+    return pathlib.Path("/")
 
 
 def atomic_write(path, *chunks):
@@ -166,9 +190,10 @@ def read_shard(path):
     return np.memmap(path, dtype=np.uint16, mode="r", offset=HEADER_BYTES, shape=(count,))
 
 
-def get_batch(shards, rng, cfg, device):
+def get_batch(shards, rng, cfg, device, vocab_size=None):
     """batch_size windows of a split's shards (paths, token counts) at positions drawn by rng: inputs x
-    and their next tokens y, both (B, T), on device."""
+    and their next tokens y, both (B, T), on device. Given vocab_size, a token id outside it is a one-line
+    error naming its shard (checked per batch: a shard's tokens are never all read at once)."""
     import torch  # here, not on top: preparing data needs no torch
     paths, counts = shards
     room = np.maximum(counts - cfg.block_size, 0)  # window starts in each shard
@@ -179,11 +204,23 @@ def get_batch(shards, rng, cfg, device):
     # memmaps live for one batch: one kept open would keep every page it ever read in the RSS
     maps = {s: read_shard(paths[s]) for s in set(shard.tolist())}
     rows = [maps[s][o:o + cfg.block_size + 1] for s, o in zip(shard, offset)]
+    if vocab_size is not None:
+        check_token_ids(rows, [paths[s] for s in shard], vocab_size)
     batch = torch.from_numpy(np.stack(rows).astype(np.int64))  # (B, T + 1)
     if device.startswith("cuda"):  # pinned, so the copy overlaps the GPU's work
         batch = batch.pin_memory()
     batch = batch.to(device, non_blocking=True)
     return batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+
+
+def check_token_ids(rows, paths, vocab_size):
+    """Exit in one line if a row of tokens, read from the shard at the same place in paths, holds an id
+    that the model's vocabulary has no row for (an embedding lookup would fail in 39 lines)."""
+    for row, path in zip(rows, paths):
+        if row.max() >= vocab_size:
+            raise SystemExit(f"error: {path} holds token id {row.max()}, outside the vocabulary of "
+                             f"{vocab_size} tokens in its meta.json: rebuild it with: "
+                             f"{_prepare_command(pathlib.Path(path).parent)} --force")
 
 
 def _prepare_command(folder):
@@ -195,13 +232,37 @@ def _prepare_command(folder):
 
 
 def load_meta(data_dir):
-    """meta.json of a prepared folder; without it the folder is missing or its build was interrupted."""
+    """meta.json of a prepared folder; without it the folder is missing or its build was interrupted. One
+    not of prepare_data.py's shape (a tokenizer, a vocabulary, shards per split) is a one-line error."""
+    path = pathlib.Path(data_dir) / "meta.json"
+    corrupt = f"error: {path} is corrupt ({{}}): run  {_prepare_command(data_dir)} --force"
     try:
-        return json.loads((pathlib.Path(data_dir) / "meta.json").read_text())
+        meta = json.loads(path.read_text())
     except FileNotFoundError:
         raise SystemExit(f"error: {data_dir} is not prepared (no meta.json): run  {_prepare_command(data_dir)}")
-    except ValueError:
-        raise SystemExit(f"error: {data_dir}/meta.json is corrupt: run  {_prepare_command(data_dir)} --force")
+    except (ValueError, OSError) as e:  # not JSON, a folder, unreadable
+        raise SystemExit(corrupt.format(first_line(e)))
+    if why := meta_shape_error(meta):
+        raise SystemExit(corrupt.format(why))
+    return meta
+
+
+def meta_shape_error(meta):
+    """What makes meta not a prepared folder's meta.json, or None."""
+    if not isinstance(meta, dict):
+        return f"a {type(meta).__name__}, not an object"
+    if missing := [k for k in ("tokenizer", "vocab_size", "shards") if k not in meta]:
+        return f"no {', '.join(missing)}"
+    shards = meta["shards"]
+    if not isinstance(shards, dict) or any(not isinstance(shards.get(s), list) for s in ("train", "val")):
+        return "its shards are not a list per split, train and val"
+    if not shards["train"] or not shards["val"]:
+        return "a split without shards"
+    for shard in shards["train"] + shards["val"]:
+        named = isinstance(shard, dict) and isinstance(shard.get("file"), str)
+        if not named or type(shard.get("tokens")) is not int:
+            return f"a shard {shard!r} without its file and token count"
+    return None
 
 
 def padded_vocab(meta):

@@ -209,6 +209,8 @@ def check_settings(s):
                          "init_from=resume (out_dir's checkpoint) or a GPT-2")
     if not [t for t in s["tasks"].split(",") if t]:
         raise SystemExit("error: no tasks: give --tasks=hellaswag,piqa,... (lm-eval's names)")
+    data.check_out_dir(s["out_dir"], "out_dir")  # eval.json goes there, after the scoring's minutes
+    checkpoint.check_run_files(s["out_dir"], ("eval.json",))
 
 
 def check_task_files(include_path):

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import checkpoint
+from data import write_json
 from devices import autocast, compiles, pick_dtype
 from model import GPT
 
@@ -193,30 +194,55 @@ def layer_stats(raw_model, x, y, ctx):
 # ------------------------------------------------------------------------------------------ the log
 
 class Log:
-    """out_dir/log.jsonl, and wandb when asked for: the master process's record of the run (another process's
-    Log records nothing). Opening it trims log.jsonl to the step resumed from (None: a new run's, emptied)."""
+    """The run's record in out_dir, config.json (the settings as run and the code's version) and log.jsonl
+    (and wandb when asked for), kept by the master process (another process's Log records nothing). A new
+    run opens it at once; a resume only when it has something new to keep, its first checkpoint or its end
+    (open), holding its records until then: a resume that fails before leaves both files as they were.
+    Opening trims log.jsonl to the step resumed from (a new run's is emptied): no step is logged twice."""
 
     def __init__(self, cfg, resumed_at, master):
+        self.cfg, self.resumed_at, self.master = cfg, resumed_at, master
         self.file = self.wandb = None
-        if not master:
+        self.held = []  # a resume's records before it opens
+        if master and resumed_at is None:
+            self.open()
+
+    def open(self):
+        """Write config.json, trim log.jsonl and write the records held so far (once; later calls: nothing)."""
+        if self.file or not self.master:
             return
-        checkpoint.trim_log(Path(cfg.out_dir) / "log.jsonl", -1 if resumed_at is None else resumed_at)
-        if cfg.wandb_log:
+        out_dir = Path(self.cfg.out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_json(out_dir / "config.json", dict(config=vars(self.cfg), **checkpoint.provenance()))
+        checkpoint.trim_log(out_dir / "log.jsonl", -1 if self.resumed_at is None else self.resumed_at)
+        if self.cfg.wandb_log:
             try:
                 import wandb
-                wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config=vars(cfg))
+                wandb.init(project=self.cfg.wandb_project, name=self.cfg.wandb_run_name, config=vars(self.cfg))
                 self.wandb = wandb
             except ImportError:
                 print("wandb_log=True but wandb is not installed: logging to log.jsonl only")
-        self.file = open(Path(cfg.out_dir) / "log.jsonl", "a")
+        self.file = open(out_dir / "log.jsonl", "a")
+        for event, fields in self.held:
+            self.write(event, fields)
+        self.held = []
 
     def record(self, event, **fields):
-        """A line of log.jsonl (and of wandb's log)."""
+        """A line of log.jsonl (and of wandb's log); a resume's end opens the record, whatever it ends with."""
+        if not self.master:
+            return
+        if event == "end":
+            self.open()
         if self.file:
-            self.file.write(json.dumps(dict(event=event, **fields)) + "\n")
-            self.file.flush()
-            if self.wandb:
-                self.wandb.log(fields, step=fields["iter"])
+            self.write(event, fields)
+        else:
+            self.held.append((event, fields))
+
+    def write(self, event, fields):
+        self.file.write(json.dumps(dict(event=event, **fields)) + "\n")
+        self.file.flush()
+        if self.wandb:
+            self.wandb.log(fields, step=fields["iter"])
 
     def close(self):
         if self.file:

@@ -102,6 +102,9 @@ class GPTConfig:
                               ("geo_radius", GEO_RADII), ("norm_type", NORM_TYPES)):
             if (value := getattr(self, name)) not in choices:
                 raise ValueError(f"unknown {name} {value!r}: choose one of {', '.join(choices)}")
+        for name, value in vars(self).items():  # inf or NaN would train on, to a frozen or NaN loss
+            if type(value) is float and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         hs = self.n_embd // self.n_head
         for bad, message in (
             (self.n_embd % self.n_head, f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}: "
@@ -117,6 +120,8 @@ class GPTConfig:
             (self.geo_alpha < 0, f"geo_alpha must be >= 0, got {self.geo_alpha!r}"),
             (self.rope_theta <= 0, f"rope_theta must be > 0, got {self.rope_theta!r}"),
             ((self.norm_eps or 0) < 0, f"norm_eps must be None or >= 0, got {self.norm_eps!r}"),
+            (min(self.dyt_alpha_attn, self.dyt_alpha_ffn, self.dyt_alpha_final) <= 0,
+             "dyt_alpha_attn, dyt_alpha_ffn and dyt_alpha_final must be > 0: tanh(0·x) passes nothing"),
             (not 0 <= self.mixln_alpha <= 1, f"mixln_alpha must be in [0, 1], got {self.mixln_alpha!r}"),
             (self.norm_type == "dyt" and self.norm_mode not in DYT_MODES, f"norm_type='dyt' does not fit "
              f"norm_mode={self.norm_mode!r}: DyT replaces the norms of {', '.join(DYT_MODES)} only"),

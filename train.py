@@ -37,7 +37,8 @@ import configurator
 import devices
 import measure
 import prepare_data
-from data import GPT2_META, check_out_dir, first_line, get_batch, load_meta, run_cli, write_json
+from data import (GPT2_META, check_out_dir, first_line, get_batch, load_meta, nearest_entry, read_shard,
+                  run_cli)
 from model import GPT, GPT2_NAMES, from_gpt2
 
 # settings: the assignments between the two rulers, read by configurator.py (python train.py --help)
@@ -131,6 +132,8 @@ def configure(argv):
     each other. Under torchrun process 0 alone reads every byte of the checkpoint to check it."""
     cfg, given = configurator.parse_settings(argv, __file__, RANGES)
     check_out_dir(cfg["out_dir"], "out_dir")
+    checkpoint.check_run_files(cfg["out_dir"])
+    nearest_entry(Path(cfg["data_dir"]) / cfg["dataset"], "data_dir")  # a link loop, not a missing meta.json
     ckpt = None
     if cfg["init_from"] == "resume":
         ckpt = checkpoint.load_checkpoint(cfg["out_dir"], check=os.environ.get("RANK", "0") == "0")
@@ -144,8 +147,8 @@ def configure(argv):
 
 
 def load_dataset(cfg, master=None, ckpt=None):
-    """The dataset's meta.json and each split's shards (paths, token counts), checked against block_size and
-    the checkpoint's vocabulary. pystdlib, the default, is made when missing by the master (offline, seconds);
+    """The dataset's meta.json and each split's shards (paths, token counts) with its vocab_size, each shard's
+    header and size checked, and the data against block_size and the checkpoint's (check_data). pystdlib, the default, is made when missing by the master (offline, seconds);
     master None, in the checks: not made, (None, None)."""
     folder = Path(cfg.data_dir) / cfg.dataset
     if cfg.dataset == "pystdlib" and master is not None:  # every process waits for the master
@@ -155,15 +158,20 @@ def load_dataset(cfg, master=None, ckpt=None):
             dist.barrier()
     if cfg.dataset == "pystdlib" and not (folder / "meta.json").exists():
         return None, None
-    meta, data = load_meta(folder), {}
+    meta = load_meta(folder)
+    data = dict(vocab_size=meta["vocab_size"])  # a token id past it is an error, in each batch read
     for split in ("train", "val"):
         shards = meta["shards"][split]
         data[split] = [folder / s["file"] for s in shards], np.array([s["tokens"] for s in shards])
+        for path, shard in zip(data[split][0], shards):  # each header and size now, not after training
+            if len(read_shard(path)) != shard["tokens"]:
+                sys.exit(f"error: {path} holds {len(read_shard(path)):,} tokens, but {folder}/meta.json "
+                         f"records {shard['tokens']:,}: prepare {cfg.dataset} again (with --force)")
         if data[split][1].max() <= cfg.block_size:
             sys.exit(f"error: the {split} shards of {folder} are shorter than block_size={cfg.block_size}: "
                      "lower it")
     if ckpt:
-        checkpoint.check_vocabulary(ckpt, cfg, meta)
+        checkpoint.check_data(ckpt, cfg, meta)
     return meta, data
 
 
@@ -225,7 +233,8 @@ def get_lr(step, cfg):
 def micro_batch(data, cfg, device, step, g):
     """Global micro-batch g of step and its dropout masks' seed, (x, y, seed): a function of (seed, step, g)."""
     rng = np.random.default_rng((cfg.seed, 0, step, g))
-    return *get_batch(data["train"], rng, cfg, device), int(rng.integers(2**63))
+    x, y = get_batch(data["train"], rng, cfg, device, data["vocab_size"])
+    return x, y, int(rng.integers(2**63))
 
 
 def train_step(model, data, cfg, proc, step, batch):
@@ -256,7 +265,7 @@ def evaluate(model, data, cfg, proc):
     for i, split in enumerate(("train", "val")):
         for k in range(rank, world * math.ceil(cfg.eval_iters / world), world):
             rng = np.random.default_rng((cfg.seed, 1, i, k % cfg.eval_iters))
-            x, y = get_batch(data[split], rng, cfg, proc.device)
+            x, y = get_batch(data[split], rng, cfg, proc.device, data["vocab_size"])
             with proc.ctx:
                 losses[i] += model(x, y)[1].float() * (k < cfg.eval_iters)
     if world > 1:
@@ -281,10 +290,7 @@ def main(argv):
         config = model_config(cfg, meta, ckpt)
     raw_model, train_model, eval_model, optimizer = build_model(cfg, config, ckpt, proc)
     run, ckpt = checkpoint.Progress.of(ckpt), None  # the model and optimizer hold what they need from the checkpoint
-    if proc.master:  # config.json, atomically: the settings as run (with GPT-2's) and the code's version
-        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
-        write_json(Path(cfg.out_dir) / "config.json", dict(config=vars(cfg), **checkpoint.provenance()))
-    log = measure.Log(cfg, run.saved, proc.master)
+    log = measure.Log(cfg, run.saved, proc.master)  # config.json and log.jsonl: a resume's at its first save
     proc.say(measure.banner(raw_model, cfg, proc.world, proc.accum, proc.dtype, proc.device))
     speed = measure.Throughput(raw_model, cfg, proc.world, proc.accum, proc.device, first_step=run.step)
     signals, status, val_loss = devices.Signals(), "finished", None
@@ -298,7 +304,8 @@ def main(argv):
                 log.record("eval", iter=run.step, train_loss=train_loss, val_loss=val_loss,
                            lr=get_lr(run.step, cfg))
                 if cfg.log_layer_stats and proc.master:  # on the first val batch of the evaluation
-                    x, y = get_batch(data["val"], np.random.default_rng((cfg.seed, 1, 1, 0)), cfg, proc.device)
+                    rng = np.random.default_rng((cfg.seed, 1, 1, 0))
+                    x, y = get_batch(data["val"], rng, cfg, proc.device, data["vocab_size"])
                     log.record("layer_stats", iter=run.step, **measure.layer_stats(raw_model, x, y, proc.ctx))
                 eval_model.train()
                 proc.say(f"step {run.step}: train loss {train_loss:.4f}, val loss {val_loss:.4f}")
@@ -306,6 +313,7 @@ def main(argv):
                 # saved == step: resumed from a stop's checkpoint, saved before its evaluation; record it now
                 if run.step > 0 and (improved or cfg.always_save_checkpoint or run.saved == run.step):
                     checkpoint.save_run(cfg, proc, raw_model, optimizer, meta, run)
+                    log.open()
             if run.step >= cfg.max_iters:
                 break
 

@@ -163,17 +163,29 @@ def test_a_resume_with_nothing_to_train_evaluate_or_record_is_one_line(tmp_path,
         "give a max_iters above 100 to go on")
 
 
-def test_a_resume_on_another_vocabulary_is_one_line_naming_both_datasets(tmp_path):
-    chars = dict(tokenizer="char", vocab_size=65, eot_token=None, chars=list("abc"))
+def test_a_resume_on_another_vocabulary_or_other_shards_is_one_line_naming_both_datasets(tmp_path):
+    """The vocabulary, and each shard's file and sha256 (the same name prepared again from other text)."""
+    shards = dict(train=[dict(file="train_000000.bin", tokens=9, sha256="aa")],
+                  val=[dict(file="val_000000.bin", tokens=5, sha256="bb")])
+    chars = dict(tokenizer="char", vocab_size=65, eot_token=None, chars=list("abc"), shards=shards)
     ckpt = dict(meta=chars | dict(extra="ignored"), config=dict(dataset="shakespeare_char"))
     cfg = SimpleNamespace(out_dir=str(tmp_path), dataset="other")
-    assert checkpoint.check_vocabulary(ckpt, cfg, chars) is None
-    assert checkpoint.check_vocabulary(dict(config={}), cfg, chars) is None  # an older checkpoint: no meta
+    assert checkpoint.check_data(ckpt, cfg, chars) is None
+    assert checkpoint.check_data(dict(config={}), cfg, chars) is None  # an older checkpoint: no meta
     for change in [dict(chars=list("abd")), dict(vocab_size=66), dict(eot_token=0), dict(tokenizer="gpt2")]:
-        assert error_of(checkpoint.check_vocabulary, ckpt, cfg, chars | change) == (
-            f"error: the checkpoint in {tmp_path} was trained on shakespeare_char (char, 65 tokens), but other has "
-            f"another vocabulary ({(chars | change)['tokenizer']}, {(chars | change)['vocab_size']} tokens): its "
-            "token ids would mean other text; resume with --dataset=shakespeare_char")
+        message = error_of(checkpoint.check_data, ckpt, cfg, chars | change)
+        assert "shakespeare_char" in message and "other" in message and "vocabulary" in message
+        assert message.endswith("resume with --dataset=shakespeare_char")
+    other_text = dict(train=shards["train"], val=[dict(file="val_000000.bin", tokens=5, sha256="cc")])
+    more = dict(train=shards["train"] * 2, val=shards["val"])
+    for change in [other_text, more]:
+        message = error_of(checkpoint.check_data, ckpt, cfg, chars | dict(shards=change))
+        assert "sha256" in message and "shakespeare_char" in message and "other" in message
+    same_name = SimpleNamespace(out_dir=str(tmp_path), dataset="shakespeare_char")
+    message = error_of(checkpoint.check_data, ckpt, same_name, chars | dict(shards=other_text))
+    assert message.endswith("restore the shakespeare_char it trained on, or train anew in another out_dir")
+    unrecorded = dict(meta={k: v for k, v in chars.items() if k != "shards"}, config=ckpt["config"])
+    assert checkpoint.check_data(unrecorded, cfg, chars | dict(shards=other_text)) is None
 
 
 def test_where_a_run_stands_from_scratch_and_from_a_checkpoint():

@@ -128,8 +128,22 @@ def test_load_meta_of_an_unprepared_or_corrupt_folder_gives_the_command_that_bui
     monkeypatch.chdir(tmp_path)
     assert error_of(load_meta, folder) == f"error: {folder} is not prepared (no meta.json): run  {command}"
     (tmp_path / folder).mkdir(parents=True)
-    (tmp_path / folder / "meta.json").write_text('{"vocab_size": ')  # a build cut short while writing it
-    assert error_of(load_meta, folder) == f"error: {folder}/meta.json is corrupt: run  {command} --force"
+    good = dict(tokenizer="char", vocab_size=3, shards=dict(train=[dict(file="t.bin", tokens=9)],
+                                                             val=[dict(file="v.bin", tokens=9)]))
+    wrong_shapes = ['{"vocab_size": ',  # a build cut short while writing it
+                    "[]", json.dumps({k: v for k, v in good.items() if k != "shards"}),
+                    json.dumps(good | dict(shards=[])), json.dumps(good | dict(shards=dict(train=[], val=[]))),
+                    json.dumps(good | dict(shards=dict(train=["t.bin"], val=[])))]
+    for text in wrong_shapes:
+        (tmp_path / folder / "meta.json").write_text(text)
+        message = error_of(load_meta, folder)
+        assert f"{folder}/meta.json is corrupt" in message and message.endswith(f"run  {command} --force")
+    (tmp_path / folder / "meta.json").unlink()
+    (tmp_path / folder / "meta.json").mkdir()
+    assert f"{folder}/meta.json is corrupt" in error_of(load_meta, folder)
+    (tmp_path / folder / "meta.json").rmdir()
+    (tmp_path / folder / "meta.json").write_text(json.dumps(good))
+    assert load_meta(folder) == good
 
 
 def test_without_gpt2s_bpe_files_the_error_says_how_to_work_offline(monkeypatch):
@@ -239,18 +253,30 @@ def test_run_cli_passes_argv_and_turns_ctrl_c_and_a_closed_pipe_into_one_line_an
 
 
 def test_an_unusable_out_dir_is_one_line_naming_the_setting_and_the_path(tmp_path, monkeypatch):
+    """Empty, a file or under one, a symlink loop, a link to nothing, a pseudo-filesystem, no permission:
+    one line naming the setting and the path, and nothing made or left behind."""
     (tmp_path / "f").write_text("mine")
-    check_out_dir(tmp_path / "new" / "deeper", "--out")  # made when missing
-    assert error_of(check_out_dir, tmp_path / "f", "--out") == (
-        f"error: --out {tmp_path / 'f'} is a file, not a folder; choose a folder (made if missing)")
-    assert f"is under {tmp_path / 'f'}, which is a file" in error_of(check_out_dir, tmp_path / "f" / "x", "--out_dir")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    check_out_dir(tmp_path / "new" / "deeper", "--out")  # made when missing, by the caller: not by the check
+    bad = {"": "is empty", tmp_path / "f": "is a file", tmp_path / "f" / "x": f"is under {tmp_path / 'f'}",
+           tmp_path / "loop": "leads nowhere", tmp_path / "loop" / "x": "leads nowhere",
+           tmp_path / "dangling" / "x": "leads nowhere", "/proc/nope/x": "cannot write in /proc",
+           "/sys/kernel/nope": "cannot write in /sys/kernel"}
+    for path, why in bad.items():
+        message = error_of(check_out_dir, path, "--out_dir")
+        assert message.startswith(f"error: --out_dir {path}".rstrip()) and why in message, message
 
     def lock(folder):
         with locked_folder(folder, "--out"):
             pass
 
-    assert "cannot write there (No such file or directory)" in error_of(lock, "/proc/nope/x")  # root passes the check
-    monkeypatch.setattr("os.access", lambda path, mode: False)  # as a user, not root, in a folder of root's
-    assert error_of(check_out_dir, tmp_path / "x", "--out_dir") == (
-        f"error: --out_dir {tmp_path}/x: no permission to write in {tmp_path}; choose a folder you can write in")
-    assert [p.name for p in tmp_path.iterdir()] == ["f"]
+    assert "cannot write there (No such file or directory)" in error_of(lock, "/proc/nope/x")
+
+    def refused(**kwargs):  # as a user, not root, in a folder of root's
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("tempfile.TemporaryDirectory", refused)
+    message = error_of(check_out_dir, tmp_path / "x", "--out_dir")
+    assert f"--out_dir {tmp_path}/x: cannot write in {tmp_path} (Permission denied)" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "f", "loop"]

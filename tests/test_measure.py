@@ -230,8 +230,19 @@ def test_the_log_records_json_lines_from_the_master_only_and_trims_to_the_step_r
         assert json.loads(path.read_text().splitlines()[-1]) == dict(event="train", iter=step, train_loss=1.0 / step)
     log.record("end", iter=3)
     log.close()
-    measure.Log(log_cfg(tmp_path), 2, master=True).close()  # resumed at step 2: steps 0 to 2 kept, no end
-    assert [json.loads(line)["iter"] for line in path.read_text().splitlines()] == [0, 1, 2]
+    kept = path.read_text()
+    resumed = measure.Log(log_cfg(tmp_path), 2, master=True)  # resumed at step 2: nothing written yet
+    resumed.record("train", iter=3, train_loss=0.5)
+    resumed.close()  # a resume that failed before its first checkpoint: the log as it was
+    assert path.read_text() == kept
+    resumed = measure.Log(log_cfg(tmp_path), 2, master=True)
+    resumed.record("train", iter=3, train_loss=0.25)
+    resumed.open()  # its first checkpoint: steps 0 to 2 kept, no old end, then what it held
+    resumed.record("end", iter=3)
+    resumed.close()
+    assert [json.loads(line)["event"] for line in path.read_text().splitlines()][-2:] == ["train", "end"]
+    assert [json.loads(line)["iter"] for line in path.read_text().splitlines()] == [0, 1, 2, 3, 3]
+    assert json.loads(path.read_text().splitlines()[3])["train_loss"] == 0.25
     measure.Log(log_cfg(tmp_path), None, master=True).close()  # a new run's log starts empty
     assert path.read_text() == ""
     log = measure.Log(log_cfg(tmp_path, wandb_log=True), None, master=True)

@@ -271,7 +271,7 @@ def test_a_step_waits_for_the_device_once_and_reads_each_batch_before_the_backwa
     ("--eval_iters=0", "at least 1", "0"), ("--batch_size=0", "at least 1", "0"),
     ("--max_iters=-1", "at least 0", "-1"), ("--warmup_iters=-5", "at least 0", "-5"),
     ("--gradient_accumulation_steps=0", "at least 1", "0"), ("--learning_rate=-1", "at least 0", "-1.0"),
-    ("--min_lr=1e999", "at least 0", "inf"), ("--grad_clip=-0.5", "at least 0", "-0.5"),
+    ("--min_lr=1e999", "a finite number", "inf"), ("--grad_clip=-0.5", "at least 0", "-0.5"),
     ("--seed=-1", "in [0, 1e19)", "-1"),
     ("--seed=18446744073709551616", "in [0, 1e19)", "18446744073709551616"),
     ("--beta1=1.5", "in [0, 1)", "1.5"), ("--beta2=1", "in [0, 1)", "1.0"),
@@ -367,6 +367,7 @@ def trained(data_dir, tmp_path_factory, shakespeare_text):
     prepare_data.prepare("shakespeare_char", root / "data" / "upper", workers=1,
                          inputs=[str(write(root / "upper.txt", shakespeare_text[:50_000].upper()))])
     shutil.copytree(data_dir / "tiny", root / "data" / "tiny")
+    shutil.copy(data_dir / "input.txt", root / "tiny.txt")  # the text tiny was prepared from
     run(root / "data", root / "run", "--max_iters=4", "--eval_interval=2")
     return root
 
@@ -401,6 +402,12 @@ MISTAKES = {  # what is planted: (arguments, what the one line says); resume=Tru
     "resume: a bad setting": (["--beta2=2", "resume"], "beta2 must be in [0, 1)"),
     "resume: the wrong out_dir": (["--out_dir=nowhere", "resume"], "holds no checkpoint"),
     "an out_dir that is a file": (["--out_dir=run/config.json/x"], "out_dir run/config.json/x is under "),
+    "an infinite norm_eps": (["--norm_eps=1e999"], "norm_eps must be a finite number, got inf"),
+    "an infinite rope_theta": (["--arch=llama", "--rope_theta=1e999"], "rope_theta must be a finite number"),
+    "an infinite geo_alpha": (["--norm_mode=geonorm", "--geo_alpha=1e999"], "geo_alpha must be a finite"),
+    "an infinite learning rate": (["--learning_rate=-1e999"], "learning_rate must be a finite number"),
+    "a DyT alpha of 0": (["--norm_type=dyt", "--dyt_alpha_ffn=0"], "dyt_alpha_ffn and dyt_alpha_final must"),
+    "a bool for a float": (["--learning_rate=True"], "learning_rate must be float, got True"),
 }
 
 
@@ -417,6 +424,86 @@ def test_a_failed_check_is_one_line_and_leaves_out_dir_as_it_was(trained, mistak
             *[a for a in args if a != "resume"], *["--init_from=resume"] * ("resume" in args)]
     assert says in error_of(train.main, argv)
     assert tree(trained) == before
+
+
+def truncate(path, by=1):
+    """Cut the last bytes off a file, as a copy that stopped short."""
+    os.truncate(path, path.stat().st_size - by)
+
+
+def prepare_again(root):
+    """tiny prepared again in place from other text of the same characters: its lines in reverse order."""
+    text = (root / "data" / "tiny.txt").read_text()
+    other = write(root / "other.txt", "".join(reversed(text.splitlines(keepends=True))))
+    prepare_data.prepare("shakespeare_char", root / "data" / "tiny", inputs=[str(other)], workers=1, force=True)
+
+
+def replace_by_folder(path):
+    path.unlink()
+    path.mkdir()
+
+
+PLANTED = {  # planted in a copy of the trained run and its data: (plant, arguments, what the one line says)
+    "ckpt.pt.tmp a folder": (lambda r: (r / "run" / "ckpt.pt.tmp").mkdir(), [], "ckpt.pt.tmp is not a file"),
+    "config.json a folder": (lambda r: replace_by_folder(r / "run" / "config.json"), [], "config.json is not a"),
+    "log.jsonl a folder": (lambda r: replace_by_folder(r / "run" / "log.jsonl"), [], "log.jsonl is not a file"),
+    "a log line that is no record": (lambda r: (r / "run" / "log.jsonl").write_text("[1, 2]\n"), [],
+                                     "line 1, is not a log record"),
+    "a val shard cut by a byte": (lambda r: truncate(r / "data" / "tiny" / "val_000000.bin"), [],
+                                  "val_000000.bin is not a valid token shard"),
+    "the data prepared again from other text": (prepare_again, [], "its shards' sha256 in meta.json differ"),
+    "meta.json a list": (lambda r: (r / "data" / "tiny" / "meta.json").write_text("[]"), [],
+                         "meta.json is corrupt (a list, not an object)"),
+    "a symlink loop as out_dir": (lambda r: (r / "loop").symlink_to(r / "loop"), ["--out_dir=loop/run"],
+                                  "leads nowhere"),
+    "a symlink loop as data_dir": (lambda r: (r / "loop").symlink_to(r / "loop"), ["--data_dir=loop"],
+                                   "data_dir loop/tiny: "),
+    "an empty out_dir": (lambda r: None, ["--out_dir="], "out_dir is empty"),
+    "out_dir under /proc": (lambda r: None, ["--out_dir=/proc/nope/run"], "cannot write in /proc"),
+}
+
+
+@pytest.mark.parametrize("mistake", PLANTED)
+def test_a_planted_file_or_path_is_one_line_before_anything_is_written(trained, tmp_path, monkeypatch, mistake):
+    """What a resume of the trained run reads and writes (its out_dir's files, the shards, meta.json, the
+    paths) is checked before the first write: one line, and the run and its data stay as they were."""
+    plant, args, says = PLANTED[mistake]
+    shutil.copytree(trained, tmp_path, symlinks=True, dirs_exist_ok=True)
+    (tmp_path / "data" / "tiny.txt").write_text((trained / "tiny.txt").read_text())
+    plant(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = tree(tmp_path)
+    argv = ["--data_dir=data", "--out_dir=run", *TINY, "--max_iters=8", "--init_from=resume", *args]
+    assert says in error_of(train.main, argv)
+    assert tree(tmp_path) == before
+
+
+def test_a_resume_that_fails_after_it_started_leaves_the_run_as_it_was(trained, tmp_path, monkeypatch):
+    """A resume that trains, then fails before its first checkpoint (here its first evaluation raises)
+    changes no file of the run: log.jsonl keeps its 'finished' end, config.json its settings."""
+    shutil.copytree(trained / "run", tmp_path / "run")
+    before = tree(tmp_path)
+    monkeypatch.setattr(train, "evaluate", lambda *args: (_ for _ in ()).throw(OSError(5, "I/O error")))
+    with pytest.raises(OSError):
+        run(trained / "data", tmp_path / "run", "--max_iters=8", "--eval_interval=2", "--init_from=resume")
+    assert tree(tmp_path) == before
+    assert events(tmp_path / "run")[-1]["status"] == "finished"
+    monkeypatch.undo()  # and the same resume, unbroken, records from its first checkpoint on
+    log = run(trained / "data", tmp_path / "run", "--max_iters=8", "--eval_interval=2", "--init_from=resume")
+    assert [e["iter"] for e in log if e["event"] == "eval"] == [0, 2, 4, 6, 8]
+    assert [e["event"] for e in log].count("end") == 1 and log[-1]["status"] == "finished"
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["config"]["max_iters"] == 8
+
+
+def test_a_number_that_is_not_one_from_a_config_file_is_one_line(data_dir, tmp_path):
+    """NaN and infinity from a config file, for settings of the model, the optimizer and the schedule."""
+    for name in ("geo_alpha", "geo_max_angle", "norm_eps", "rope_theta", "dyt_alpha_attn", "ffn_dim_multiplier",
+                 "learning_rate", "min_lr", "grad_clip"):
+        for value in ('float("nan")', "float('inf')"):
+            config = write(tmp_path / "bad.py", f"{name} = {value}\n")
+            argv = [str(config), f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'run'}", *TINY]
+            assert f"{name} must be a finite number, got" in error_of(train.main, argv)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py"]
 
 
 def test_a_mistake_is_one_line_on_stderr_and_exit_1(data_dir, tmp_path):

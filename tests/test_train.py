@@ -112,8 +112,8 @@ def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(dat
         finally:
             evaluating.pop()
 
-    def get_batch_recorded(shards, rng, cfg, device):
-        x, y = get_batch(shards, rng, cfg, device)
+    def get_batch_recorded(shards, rng, cfg, device, vocab_size):
+        x, y = get_batch(shards, rng, cfg, device, vocab_size)
         drawn["evaluate" if evaluating else "train"].add(x.numpy().tobytes())
         return x, y
     monkeypatch.setattr(train, "evaluate", evaluate_flagged)
@@ -401,7 +401,9 @@ def test_the_checks_only_train_py_makes_are_whole_lines(data_dir, tmp_path, monk
         assert error_of(train.load_dataset, cfg) == (f"error: the {split} shards of {data_dir / 'tiny'} are shorter "
                                                      f"than block_size={tokens[split]}: lower it")
     cfg.block_size = tokens["val"] - 1
-    assert [n.tolist() for _, n in train.load_dataset(cfg)[1].values()] == [[tokens["train"]], [tokens["val"]]]
+    data = train.load_dataset(cfg)[1]
+    assert [data[split][1].tolist() for split in ("train", "val")] == [[tokens["train"]], [tokens["val"]]]
+    assert data["vocab_size"] == load_meta(data_dir / "tiny")["vocab_size"]
 
     asked = []
     def from_gpt2(*args):
