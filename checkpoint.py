@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 import os
+import pickle
 import re
 import shutil
 import statistics
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import time
 import warnings
+import zipfile
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -138,10 +140,14 @@ def load_checkpoint(out_dir, check=True):
         sys.exit(f"error: init_from='resume' but {out_dir} holds no checkpoint (ckpt.pt or ckpt/): "
                  "set out_dir, or train from scratch first")
     try:
-        return read_checkpoint(path, check)
+        ckpt = read_checkpoint(path, check)
     except Exception as e:
-        sys.exit(f"error: cannot load {path} ({type(e).__name__}): "
-                 "delete it and train with init_from='scratch'")
+        sys.exit(f"error: cannot read {path} ({first_line(e)}): it is damaged, or not train.py's; copy it "
+                 "again, or delete it and train with init_from='scratch'")
+    if missing := [k for k in ("config", "model_args", "iter_num", "best_val_loss") if k not in ckpt]:
+        sys.exit(f"error: {path} is not train.py's checkpoint (no {', '.join(missing)}): to fine-tune other "
+                 "weights, load them in your own script; or delete it and train with init_from='scratch'")
+    return ckpt
 
 
 def check_resume(ckpt, given, cfg):
@@ -151,6 +157,8 @@ def check_resume(ckpt, given, cfg):
     where, model_args = f"the checkpoint in {cfg.out_dir}", ckpt["model_args"]
     for name, value in given.items():
         if name in model_args and name not in MAY_CHANGE and value != model_args[name]:
+            if name == "tie_embeddings" and value == GPTConfig(**model_args).tied:
+                continue  # None meant the family's choice: the same head
             sys.exit(f"error: {name}={value!r}, but {where} has {name}={model_args[name]!r}: a resume goes on "
                      f"with the checkpoint's model; drop --{name}, or train a new one in another out_dir")
     step, events = ckpt["iter_num"], read_events(Path(cfg.out_dir) / "log.jsonl")[-1:]
@@ -221,7 +229,7 @@ def load_model(out_dir, device):
         meta = ckpt["meta"]
         vocab_size = meta["vocab_size"]
     except (Exception, dcp.CheckpointException) as e:  # DCP's exception is a BaseException
-        raise SystemExit(f"error: {path} does not fit this model.py ({why_not(e)}); train it again")
+        raise SystemExit(why_not(e, path, "train it again"))
     if vocab_size < model.config.vocab_size:  # e.g. GPT-2's 50257 padded to 50304: the padding ids have no
         model.lm_head.weight = nn.Parameter(model.lm_head.weight[:vocab_size])  # text, never sample them
     return model.eval(), meta
@@ -235,9 +243,19 @@ def start_token(meta):
     return meta["chars"].index("\n") if "\n" in meta["chars"] else None
 
 
-def why_not(e):
-    """A failed load's error as one line; DCP's, as its first failing rank's (its own first line names ranks)."""
-    return first_line(next(iter(e.failures.values()))[0] if isinstance(e, dcp.CheckpointException) else e)
+def cause(e):
+    """A failed load's error; DCP's, its first failing rank's (its own names only the ranks)."""
+    return next(iter(e.failures.values()))[0] if isinstance(e, dcp.CheckpointException) else e
+
+
+def why_not(e, path, fix):
+    """A failed load of the checkpoint at path as one line, with its fix: a file that cannot be read to its
+    end is damaged (copy it again); anything else is a model that the checkpoint does not fit (fix)."""
+    e = cause(e)
+    unreadable = isinstance(e, (EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile))
+    if unreadable or "PytorchStreamReader" in str(e):  # torch's zip reader: a file cut short or damaged
+        return f"error: {path} is damaged ({first_line(e)}): copy it again, or delete it and train anew"
+    return f"error: {path} does not fit this model.py ({first_line(e)}): {fix}"
 
 
 def restore(model, optimizer, ckpt, out_dir):
@@ -255,9 +273,9 @@ def restore(model, optimizer, ckpt, out_dir):
                        optim_state_dict=state["optimizer"],
                        options=StateDictOptions(full_state_dict="sharded" not in ckpt))
     except (Exception, dcp.CheckpointException) as e:  # a RuntimeError, KeyError, DCP's BaseException, ...
-        # train.py has checked the model settings against the checkpoint's: what is left is a model.py edited since
-        sys.exit(f"error: the checkpoint in {out_dir} does not fit this model ({why_not(e)}): resume with the "
-                 "model.py and model settings it was trained with")
+        # train.py has checked the model settings: what is left is damage, or a model.py edited since
+        fix = "resume with the model.py and model settings it was trained with"
+        sys.exit(why_not(e, f"the checkpoint in {out_dir}", fix))
     for group, hyperparameters in zip(optimizer.param_groups, now):
         group.update(hyperparameters)
 

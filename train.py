@@ -285,9 +285,19 @@ def main(argv):
     if cfg.dry_run:  # its model on the meta device: nothing allocated
         return print(measure.plan(cfg, config if meta else None, devices.planned_world(), accum, device))
     proc = devices.start(cfg, device, accum)
-    if meta is None:  # pystdlib, made now that every check has passed
-        meta, data = load_dataset(cfg, proc.master, ckpt)
-        config = model_config(cfg, meta, ckpt)
+    try:
+        if meta is None:  # pystdlib, made now that every check has passed
+            meta, data = load_dataset(cfg, proc.master, ckpt)
+            config = model_config(cfg, meta, ckpt)
+        run_training(cfg, proc, ckpt, meta, data, config)
+    finally:  # after a run, or an error on the way: the process group goes too
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_training(cfg, proc, ckpt, meta, data, config):
+    """Build the model (fresh, resumed or OpenAI's), then the training loop: evaluate, checkpoint, step, log,
+    until max_iters, a stop signal or a non-finite loss; then the last checkpoint and the log's end."""
     raw_model, train_model, eval_model, optimizer = build_model(cfg, config, ckpt, proc)
     run, ckpt = checkpoint.Progress.of(ckpt), None  # the model and optimizer hold what they need from the checkpoint
     log = measure.Log(cfg, run.saved, proc.master)  # config.json and log.jsonl: a resume's at its first save
@@ -369,8 +379,6 @@ def main(argv):
     finally:
         signals.restore()
         log.close()
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -429,9 +429,9 @@ def test_readers_check_the_checkpoint_and_name_one_they_cannot_read_or_fit(tmp_p
                               "failed") and message.endswith("it may be truncated or from elsewhere: train again or "
                                                              "copy it again")
     torch.save(fields(10) | dict(model=model.state_dict(), model_args=dict(n_layer=2, n_mixers=3)), path)
-    assert error_of(checkpoint.load_model, str(tmp_path), "cpu") == (
-        f"error: {path} does not fit this model.py (TypeError: GPTConfig.__init__() got an unexpected keyword "
-        "argument 'n_mixers'); train it again")
+    message = error_of(checkpoint.load_model, str(tmp_path), "cpu")
+    assert message.startswith(f"error: {path} does not fit this model.py (TypeError")
+    assert "n_mixers" in message and message.endswith("train it again")
 
 
 @pytest.mark.parametrize("parallel, saved", [("ddp", "ckpt.pt"), ("fsdp", "ckpt")])
@@ -462,12 +462,11 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_one_line_for_resume_and_for
     save(tmp_path, model, optimizer, 10, sharded=False)
     from model import GPT, GPTConfig
     wider = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=8, vocab_size=48))
-    assert error_of(checkpoint.restore, wider, torch.optim.AdamW(wider.parameters()),
-                    checkpoint.load_checkpoint(str(tmp_path)), str(tmp_path)) == (
-        f"error: the checkpoint in {tmp_path} does not fit this model (RuntimeError: Error(s) in loading "
-        "state_dict for GPT: size mismatch for transformer.wte.weight: copying a param with shape torch.Size([48, 16])"
-        " from checkpoint, the shape in current model is torch.Size([48, 32]).): resume with the model.py and model "
-        "settings it was trained with")
+    message = error_of(checkpoint.restore, wider, torch.optim.AdamW(wider.parameters()),
+                       checkpoint.load_checkpoint(str(tmp_path)), str(tmp_path))
+    assert message.startswith(f"error: the checkpoint in {tmp_path} does not fit this model.py (RuntimeError")
+    assert "size mismatch for transformer.wte.weight" in message
+    assert message.endswith("resume with the model.py and model settings it was trained with")
     assert error_of(checkpoint.load_checkpoint, str(tmp_path / "none")) == (
         f"error: init_from='resume' but {tmp_path / 'none'} holds no checkpoint (ckpt.pt or ckpt/): set out_dir, "
         "or train from scratch first")
@@ -489,5 +488,9 @@ def test_resume_checks_the_checkpoint_before_loading_it_and_one_that_does_not_lo
     assert checkpoint.load_checkpoint(str(tmp_path), check=False)["iter_num"] == 10  # another process: unchecked
     (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
     (tmp_path / "ckpt.pt.crc32.json").unlink()  # an older normgpt's: no checksums, loaded unchecked
-    assert error_of(checkpoint.load_checkpoint, str(tmp_path)) == (
-        f"error: cannot load {tmp_path / 'ckpt.pt'} (RuntimeError): delete it and train with init_from='scratch'")
+    message = error_of(checkpoint.load_checkpoint, str(tmp_path))
+    assert message.startswith(f"error: cannot read {tmp_path / 'ckpt.pt'} (RuntimeError")
+    assert message.endswith("copy it again, or delete it and train with init_from='scratch'")
+    torch.save(dict(model=model.state_dict()), tmp_path / "ckpt.pt")  # another program's weights, unchecked
+    message = error_of(checkpoint.load_checkpoint, str(tmp_path))
+    assert "is not train.py's checkpoint (no config, model_args, iter_num, best_val_loss)" in message

@@ -397,6 +397,7 @@ MISTAKES = {  # what is planted: (arguments, what the one line says); resume=Tru
     "resume: post for pre, the same shapes": (["--norm_mode=post", "resume"], "norm_mode='post', but"),
     "resume: another depth": (["--n_layer=3", "resume"], "n_layer=3, but the checkpoint in"),
     "resume: another block family": (["--arch=llama", "resume"], "arch='llama', but the checkpoint in"),
+    "resume: an untied head for a tied one": (["--tie_embeddings=False", "resume"], "tie_embeddings=False, but"),
     "resume: max_iters before the step": (["--max_iters=2", "resume"], "nothing to train: the checkpoint in"),
     "resume: max_iters at the step": (["--max_iters=4", "resume"], "is at step 4 already, and max_iters=4"),
     "resume: a bad setting": (["--beta2=2", "resume"], "beta2 must be in [0, 1)"),
@@ -476,6 +477,13 @@ def test_a_planted_file_or_path_is_one_line_before_anything_is_written(trained, 
     argv = ["--data_dir=data", "--out_dir=run", *TINY, "--max_iters=8", "--init_from=resume", *args]
     assert says in error_of(train.main, argv)
     assert tree(tmp_path) == before
+
+
+def test_a_resume_may_name_the_head_the_checkpoint_has(trained, tmp_path):
+    """tie_embeddings=True resumes a gpt2 run trained with None (the family's choice: tied), as the same run."""
+    shutil.copytree(trained / "run", tmp_path / "run")
+    log = run(trained / "data", tmp_path / "run", "--max_iters=6", "--init_from=resume", "--tie_embeddings=True")
+    assert log[-1]["status"] == "finished" and log[-1]["iter"] == 6
 
 
 def test_a_resume_that_fails_after_it_started_leaves_the_run_as_it_was(trained, tmp_path, monkeypatch):
@@ -614,12 +622,31 @@ def test_a_checkpoint_that_model_py_no_longer_fits_is_one_line_naming_out_dir(bo
     monkeypatch.setattr(train, "GPT", Edited)
     error = error_of(run, both_kinds["whole"].parent / "data", out, "--max_iters=8", "--init_from=resume",
                      f"--parallel={'fsdp' if kind == 'sharded' else 'ddp'}")
-    assert error.startswith(f"error: the checkpoint in {out} does not fit this model (")
+    assert error.startswith(f"error: the checkpoint in {out} does not fit this model.py (")
     assert "gate" in error and error.endswith("): resume with the model.py and model settings it was trained with")
     monkeypatch.setattr(checkpoint, "GPT", Edited)  # sample.py and eval.py load it so
     error = error_of(checkpoint.load_model, str(out), "cpu")
     assert error.startswith(f"error: {checkpoint.find_checkpoint(out)} does not fit this model.py (")
-    assert "gate" in error and error.endswith("); train it again")
+    assert "gate" in error and error.endswith("train it again")
+    assert tree(out) == before
+
+
+@pytest.mark.parametrize("kind", ["whole", "sharded"])
+def test_a_damaged_checkpoint_without_checksums_says_damaged_not_unfit(both_kinds, kind, tmp_path):
+    """Its checksums removed (an older normgpt's, or a copy without them) and a file cut short: the resume
+    and the readers say it is damaged and to copy it again, not that it does not fit the model."""
+    out = tmp_path / kind
+    shutil.copytree(both_kinds[kind], out, symlinks=True)
+    found = checkpoint.find_checkpoint(out)
+    checkpoint.sums_path(found).unlink()
+    files = [found] if found.is_file() else [p for p in found.resolve().iterdir() if p.suffix == ".distcp"]
+    os.truncate(files[0], files[0].stat().st_size // 8)  # the model's tensors too: a reader needs them
+    before = tree(out)
+    for error in (error_of(run, both_kinds["whole"].parent / "data", out, "--max_iters=8", "--init_from=resume",
+                           f"--parallel={'fsdp' if kind == 'sharded' else 'ddp'}"),
+                  error_of(checkpoint.load_model, str(out), "cpu")):
+        assert "damaged" in error or "not a readable checkpoint" in error, error
+        assert "copy it again" in error and "does not fit" not in error, error
     assert tree(out) == before
 
 

@@ -288,7 +288,7 @@ def test_unknown_settings_and_wrong_types_fail_with_their_messages(data_dir, tmp
     (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(SystemExit) as error:
         train.configure([f"--out_dir={tmp_path}", "--init_from=resume"])
-    assert str(error.value.code).startswith(f"error: cannot load {tmp_path}/ckpt.pt")
+    assert str(error.value.code).startswith(f"error: cannot read {tmp_path}/ckpt.pt")
     # as a process: one line naming the fix, no traceback, a failing exit code
     result = subprocess.run(command("--lerning_rate=1e-3"), capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
