@@ -2,7 +2,7 @@
 Speed and memory of every norm mode and preset (peri, dyt), measured in one process and reported as ratios
 to `pre`.
 
-    python bench.py                                    # 6 layers, 384 wide, block 256, batch 8, vocab 65
+    python bench.py                                    # 6 layers, 384 wide, block 256, batch 8
     python bench.py configs/geonorm_125m.py --device=cuda --compile=on   # GPT-2 small, vocab 50304
     python bench.py --modes=pre,geonorm,peri --steps=20 --json
     python bench.py --arch=llama --compile=on         # the llama block: ratios to llama's pre
@@ -18,10 +18,14 @@ CUDA's max allocated during a step (weights, gradients, AdamW state and activati
 growth of the process's peak RSS during one step. Also measured: sampling tokens/s with and without
 the KV cache, and the data loader's batches/s. The train.py settings that shape these (the model's, the
 batch, AdamW's, seed, device, dtype; --help lists them) are set as --key=value too; a train.py setting that
-does not shape them is an error, and one from a config file is left out with a note. The vocabulary is
-the dataset's tokenizer's (GPT-2's 50304, padded, for fineweb_edu and the other BPE datasets; else 65
-characters) unless --vocab_size sets it.
+does not shape them is an error, and one from a config file is left out with a note.
+The vocabulary is the one train.py builds for the dataset, read from data_dir/dataset/meta.json
+whatever the dataset's name: GPT-2's 50257 tokens padded to 50304 for a BPE dataset, a character
+table as it is (pystdlib's: this Python's characters, about 200). --vocab_size sets it instead and
+needs no prepared dataset, the tokens being random; without it, pystdlib is made when missing (as
+train.py makes it), and another dataset not prepared is a one-line error naming how to prepare it.
 """
+import contextlib
 import ctypes
 import dataclasses
 import difflib
@@ -38,10 +42,11 @@ import numpy as np
 import torch
 
 import configurator
-from data import DATASETS, GPT2_META, get_batch, padded_vocab, print_help, run_cli, write_shard
+from data import get_batch, load_meta, padded_vocab, print_help, run_cli, write_shard
 import devices
 import measure
 from model import GPT, GPTConfig
+import prepare_data
 
 TRAIN = Path(__file__).with_name("train.py")  # whose settings bench.py takes
 
@@ -52,7 +57,7 @@ TRAIN = Path(__file__).with_name("train.py")  # whose settings bench.py takes
 bench_modes: str | list = "all"
 bench_compile = "both"  # torch.compile the model: on, off, or both (a row each)
 bench_steps = 10  # timed steps per mode
-bench_vocab_size: int | None = None  # the random tokens' vocabulary; None: the dataset's
+bench_vocab_size: int | None = None  # random tokens' vocabulary; None: the dataset's (meta.json)
 bench_sample_tokens = 240  # new tokens per sampling measurement
 bench_json = False  # print the results as one JSON object
 bench_threads: int | None = None  # torch's CPU threads; None: its default, a thread per core (1: steadier ratios)
@@ -70,8 +75,8 @@ PROMPT = 8  # tokens of the sampling prompt: block_size must leave room after it
 torch._dynamo.config.cache_size_limit = 64  # the name torch 2.4 knows; recompile_limit since 2.7, an alias
 # train.py's settings that shape what bench.py measures; none of the others do (out_dir, parallel, ...)
 MEASURED = ({f.name for f in dataclasses.fields(GPTConfig)} - {"vocab_size", "norm_mode"}
-            | {"seed", "dataset", "batch_size", "learning_rate", "weight_decay", "beta1", "beta2", "device",
-               "dtype", "peak_flops"})
+            | {"seed", "data_dir", "dataset", "batch_size", "learning_rate", "weight_decay",
+               "beta1", "beta2", "device", "dtype", "peak_flops"})
 RANGES = dict(bench_steps=1, bench_sample_tokens=1, bench_threads=1, batch_size=1, learning_rate=0, weight_decay=0,
               beta1="[0, 1)", beta2="[0, 1)", seed="[0, 1e19)", peak_flops=0,
               dtype=devices.DTYPES)  # checked by configurator; the model's settings by GPTConfig
@@ -126,13 +131,36 @@ def parse(argv):
         sys.exit(f"error: compile must be one of both, on, off, got {args.compile!r}")
     cfg["device"] = devices.pick_device(cfg["device"])
     if args.vocab_size is None:  # the head of a 50,257-token BPE vocabulary dominates a 125M model's memory
-        gpt2 = DATASETS.get(cfg["dataset"], ("char",))[0] == "gpt2"
-        args.vocab_size = padded_vocab(GPT2_META) if gpt2 else 65
+        args.vocab_size = dataset_vocab(cfg["data_dir"], cfg["dataset"])
     cfg = types.SimpleNamespace(**cfg)
     for mode in modes:  # every entry's model settings, checked by GPTConfig.validate before any is built
         configurator.model_config(types.SimpleNamespace(**vars(cfg) | configurator.entry_settings(mode)),
                                   dict(vocab_size=args.vocab_size, tokenizer="char"))
     return args, modes, cfg
+
+
+def dataset_vocab(data_dir, dataset):
+    """The vocabulary train.py builds for a prepared dataset, from its meta.json: the tokenizer it was
+    prepared with decides, not the dataset's name. pystdlib, the default, is made when missing, as
+    train.py makes it (offline, seconds)."""
+    folder = Path(data_dir) / dataset
+    if dataset == "pystdlib" and not (folder / "meta.json").exists():
+        prepare_data.prepare("pystdlib", folder)
+    try:
+        return padded_vocab(load_meta(folder))
+    except SystemExit as e:  # load_meta's one line names the command that prepares it
+        sys.exit(f"{e.code}; or give bench.py --vocab_size=N")
+
+
+@contextlib.contextmanager
+def subnormals_flushed():
+    """Subnormal floats flushed to zero inside; after, however it ends, the caller's as it was."""
+    was_flushed = float(torch.tensor(1e-39) * 1) == 0  # torch sets the flag but has no getter
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(was_flushed)
 
 
 def peak_rss_reset():
@@ -285,8 +313,7 @@ def main(argv):
     # Subnormal floats (below 1.2e-38) cost an x86 CPU a microcode assist each; a GPU runs them at full speed.
     # reorder's attention, fed the unnormalized stream, saturates and sends 10^5 of them a step into k and v's
     # gradients: its step grew 1.0 -> 1.7x pre's over 40 steps here. Flushed to zero, ratios time the arithmetic.
-    torch.set_flush_denormal(True)
-    try:
+    with subnormals_flushed():
         torch.manual_seed(cfg.seed)
         compiles = {"both": (False, True), "on": (True,), "off": (False,)}[args.compile]
         report = dict(shape=f"{cfg.arch}: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, "
@@ -294,8 +321,6 @@ def main(argv):
                       device=cfg.device, steps=args.steps, threads=torch.get_num_threads(), torch=torch.__version__,
                       training=[r for c in compiles for r in bench_training(modes, cfg, args, c)],
                       sampling=bench_sampling(modes, cfg, args), data_loader=bench_data_loader(cfg))
-    finally:
-        torch.set_flush_denormal(False)  # torch's default: a caller's arithmetic stays its own
     if args.json:
         print(json.dumps(report, indent=1))
     else:

@@ -1,7 +1,7 @@
 """normgpt's GPT: nanoGPT's GPT-2, or a Llama-style block, with eleven places to put the normalization.
 
 A norm mode is an equation: a branch of `Block.join`, which joins a sub-layer f (attention or MLP) to the
-residual stream x. ../shared/NORM_MODES.md is the specification; § in comments refer to its sections.
+residual stream x. docs/spec.md is the specification; § in comments refer to its sections.
 
     pre         x + f(LN(x))                            GPT-2 / nanoGPT
     post        LN(x + f(x))                            Vaswani et al. 2017; GeoNorm Eq. 1
@@ -569,9 +569,14 @@ def from_gpt2(source, block_size=None, dropout=0.0):
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
     """One token per row of logits (B, V): the argmax at temperature 0, else sampled from
     softmax(logits/temperature) restricted to the top_k most likely tokens and to the top_p nucleus."""
+    greedy = logits.argmax(dim=-1, keepdim=True)
     if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits / temperature
+        return greedy
+    scaled = logits / temperature
+    # a temperature so small that a row overflows (+inf, or inf - inf = nan) is that limit: greedy
+    overflow = (scaled.isnan() | scaled.isposinf()).any(dim=-1, keepdim=True)
+    only_argmax = torch.full_like(scaled, float("-inf")).scatter(-1, greedy, 0.0)
+    logits = torch.where(overflow, only_argmax, scaled)  # no host sync on a GPU
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -2,7 +2,6 @@
 mode; the train.py settings it and ablate.py pass on, listed by --help and checked."""
 import gc
 import json
-import os
 import subprocess
 import sys
 
@@ -16,9 +15,13 @@ import configurator
 import devices
 from configurator import ENTRIES, PRESETS
 from conftest import ROOT, error_of
+from data import load_meta, write_json
 from model import ARCHS, GPT
 
-TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=2", "--sample_tokens=8"]
+SHAPE = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=2",
+         "--sample_tokens=8"]
+# random tokens need no prepared dataset (pystdlib, the default, is not in a fresh checkout)
+TINY = [*SHAPE, "--vocab_size=65"]
 TRAINING = {"mode", "compile", "step_ms", "ratio_to_pre", "tokens_per_s", "first_step_s", "mfu", "peak_mem_mb"}
 SAMPLING = {"mode", "tokens_per_s_cache", "tokens_per_s_no_cache", "cache_speedup"}
 
@@ -145,6 +148,36 @@ def test_subnormals_are_zero_in_every_timed_step_and_again_themselves_after_benc
     assert float(torch.tensor(1e-39) * 1) != 0
 
 
+def flushes_subnormals():
+    """Whether this thread's float arithmetic flushes subnormals to zero: 1e-39 * 1 in float32."""
+    return float(torch.tensor(1e-39) * 1) == 0
+
+
+@pytest.mark.skipif(not torch.set_flush_denormal(False), reason="this CPU cannot flush subnormals")
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+@pytest.mark.parametrize("callers", [False, True])
+def test_a_bench_stopped_midway_leaves_the_callers_subnormals_as_they_were(monkeypatch, stop,
+                                                                           callers):
+    """Ctrl-C, or an error, in a timed step: bench.main raises it, and the caller's arithmetic
+    flushes subnormals afterwards only if it did before."""
+    steps, step = [], bench.Runner.step
+
+    def step_then_stop(self):
+        steps.append(flushes_subnormals())
+        if len(steps) == 5:  # the first timed step: 3 in the memory pass, then a warm-up
+            raise stop
+        step(self)
+
+    monkeypatch.setattr(bench.Runner, "step", step_then_stop)
+    torch.set_flush_denormal(callers)
+    try:
+        with pytest.raises(stop):
+            bench.main([*TINY, "--modes=pre", "--steps=2", "--compile=off", "--json"])
+        assert steps == [True] * 5 and flushes_subnormals() == callers
+    finally:
+        torch.set_flush_denormal(False)
+
+
 def test_the_presets_are_rows_of_their_own_measured_as_the_settings_they_name():
     result = run_bench("--modes=dyt,peri", "--steps=1", "--compile=off", "--json")
     assert result.returncode == 0, result.stderr
@@ -196,18 +229,45 @@ def test_bench_rejects_unknown_mode_and_setting():
     assert result.returncode != 0 and "did you mean --n_layer?" in result.stderr
 
 
-def test_the_vocabulary_is_the_datasets_unless_given():
-    assert bench.parse([])[0].vocab_size == 65  # pystdlib: characters
-    assert bench.parse([os.path.join(ROOT, "configs", "geonorm_125m.py")])[0].vocab_size == 50304  # GPT-2, padded
-    assert bench.parse(["--dataset=fineweb_edu", "--vocab_size=1000"])[0].vocab_size == 1000
-    assert bench.parse(["--dataset=my_own_folder"])[0].vocab_size == 65  # not a known dataset: characters
+def test_the_vocabulary_is_the_one_the_datasets_meta_json_gives_whatever_its_name(tmp_path):
+    """The tokenizer a folder was prepared with decides, as in train.py: GPT-2 BPE under a name of
+    one's own is GPT-2's vocabulary padded to 50304, a character table its own size (pystdlib's too,
+    when prepared); --vocab_size wins over meta.json."""
+    chars = "\n !abcdefghijklmnopqrstuvwxyz{}"
+    shards = {split: [dict(file=f"{split}_000000.bin", tokens=1000)] for split in ("train", "val")}
+    bpe = dict(tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None)
+    char = dict(tokenizer="char", vocab_size=len(chars), eot_token=None, chars=chars)
+    for dataset, meta in (("my_webtext", bpe), ("pystdlib", char)):
+        (tmp_path / dataset).mkdir()
+        write_json(tmp_path / dataset / "meta.json", meta | dict(shards=shards))  # no shard is read
+    given = f"--data_dir={tmp_path}"
+    assert bench.parse([given, "--dataset=my_webtext"])[0].vocab_size == 50304
+    assert bench.parse([given])[0].vocab_size == len(chars)
+    assert bench.parse([given, "--dataset=my_webtext", "--vocab_size=1000"])[0].vocab_size == 1000
+
+
+def test_a_dataset_not_prepared_is_one_line_naming_it_and_the_fix_and_pystdlib_is_made(tmp_path):
+    """A name prepared nowhere: one line with the meta.json looked for, the command that prepares it and
+    the way round it, --vocab_size. pystdlib, the default, is made when missing, as train.py makes it."""
+    given = [f"--data_dir={tmp_path}", "--dataset=nonexistent"]
+    command = [sys.executable, "bench.py", *SHAPE, "--modes=pre", "--steps=1", "--compile=off", *given]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    [line] = result.stderr.splitlines()
+    for words in (f"{tmp_path / 'nonexistent'}", "python prepare_data.py DATASET --out", "--vocab_size"):
+        assert words in line, words
+    assert list(tmp_path.iterdir()) == []
+    assert bench.parse([*given, "--vocab_size=7"])[0].vocab_size == 7
+    vocab = bench.parse([f"--data_dir={tmp_path}"])[0].vocab_size
+    assert vocab == load_meta(tmp_path / "pystdlib")["vocab_size"] > 65
 
 
 def test_the_device_is_resolved_and_the_window_must_leave_room_after_the_prompt():
     """device=auto is resolved to the machine's (the CPU here) before anything is built; sampling's 8-token prompt
     needs a block_size of at least 9."""
-    assert bench.parse(["--device=auto"])[2].device == devices.pick_device("auto") != "auto"
-    assert bench.parse(["--block_size=9"])[2].block_size == 9
+    device = bench.parse(["--device=auto", "--vocab_size=65"])[2].device
+    assert device == devices.pick_device("auto") != "auto"
+    assert bench.parse(["--block_size=9", "--vocab_size=65"])[2].block_size == 9
     assert error_of(bench.parse, ["--block_size=8"]) == (
         "error: block_size=8 leaves no room to sample after the 8-token prompt: give at least 9")
 
@@ -267,6 +327,19 @@ def test_a_training_row_is_the_median_of_its_modes_timed_steps_with_peak_memory_
                            peak_mem_mb=1.5)
 
 
+def test_pres_ratio_to_itself_is_exactly_1_however_its_steps_vary(monkeypatch):
+    """Every ratio is a median step time over pre's: pre's own is 1.0, not a figure near it, even
+    when its steps spread and their count is even (the median then the mean of the middle two)."""
+    times = {"pre": iter([5.0, 0.3, 0.1, 0.7, 0.2]), "geonorm": iter([5.0, 0.9, 0.1, 0.3, 0.6])}
+    monkeypatch.setattr(bench.Runner, "step", lambda self: None)
+    monkeypatch.setattr(bench.Runner, "peak_memory_mb", lambda self: 1.0)
+    monkeypatch.setattr(bench, "timed", lambda fn, device: next(times[fn.__self__.cfg.norm_mode]))
+    args, modes, cfg = bench.parse([*TINY, "--modes=geonorm", "--steps=4"])
+    pre, geonorm = bench.bench_training(modes, cfg, args, compiled=False)
+    assert pre["ratio_to_pre"] == 1.0 and pre["step_ms"] == pytest.approx(250.0)
+    assert geonorm["ratio_to_pre"] == pytest.approx(0.45 / 0.25)
+
+
 def test_the_loader_row_times_200_seeded_batches_from_a_10m_token_shard(monkeypatch):
     """Batches as train.py draws them (get_batch, rng seeded by (seed, batch)) from one shard whose counted
     tokens are the file's; batches/s and tokens/s from the clock around the 200 of them."""
@@ -305,7 +378,8 @@ def test_compile_chooses_the_training_rows_and_the_report_names_its_device_and_t
 
 
 def test_bench_reads_its_own_settings_beside_train_pys(capsys):
-    args, modes, cfg = bench.parse(["--modes=simplenorm,simplenorm", "--compile=on", "--json", "--n_layer=2"])
+    args, modes, cfg = bench.parse(["--modes=simplenorm,simplenorm", "--compile=on", "--json",
+                                    "--n_layer=2", "--vocab_size=65"])
     assert (modes, args.compile, args.json, cfg.n_layer, cfg.n_embd) == (["pre", "simplenorm"], "on", True, 2, 384)
     assert not any(name.startswith("bench_") for name in vars(cfg))  # train.py's settings only
     with pytest.raises(SystemExit, match="compile must be one of both, on, off, got 'sometimes'"):
@@ -354,6 +428,6 @@ def test_the_train_settings_passed_on_are_listed_guessed_and_the_rest_refused(pa
                                                 "lists them all")
     if script == "bench.py":
         (tmp_path / "config.py").write_text("parallel = 'fsdp'\nmax_iters = 5\nn_layer = 2\n")
-        assert parse([str(tmp_path / "config.py")])[2].n_layer == 2
+        assert parse([str(tmp_path / "config.py"), "--vocab_size=65"])[2].n_layer == 2
         assert capsys.readouterr().err == ("note: bench.py leaves out max_iters, parallel: settings of a "
                                            "training run, not of what it measures\n")

@@ -237,6 +237,40 @@ def test_a_nucleus_whose_mass_reaches_p_exactly_stops_there():
         assert len(set(draws(torch.zeros(1, 4), top_p=top_p).tolist())) == n, top_p
 
 
+@pytest.mark.parametrize("temperature, top_p, nucleus", [(0.5, 0.6, {0}), (2.0, 0.7, {0, 1, 2})])
+def test_top_p_takes_the_nucleus_of_the_tempered_distribution(temperature, top_p, nucleus):
+    """PROBS's own nucleus is {0, 1} at 0.6 and at 0.7. Tempered, it is the fewest tokens whose
+    tempered mass reaches top_p: at 0.5 (p² normalized: 0.685, 0.247, 0.062, 0.007) the first alone,
+    at 2 (√p normalized: 0.379, 0.294, 0.208, 0.120) three, drawn as their tempered probabilities
+    renormalized (0.379 / 0.880 for the first)."""
+    tokens = draws(PROBS.log(), n=20000, temperature=temperature, top_p=top_p)
+    assert set(tokens.tolist()) == nucleus
+    kept = PROBS[0, :len(nucleus)] ** (1 / temperature)
+    assert abs((tokens == 0).float().mean().item() - (kept[0] / kept.sum()).item()) < 0.015
+
+
+def test_a_temperature_so_small_that_the_logits_overflow_is_greedy_token_for_token(tmp_path):
+    """In float32, logits / 1e-300 are ±inf and nan (1e-300 rounds to 0), and logits of a few
+    hundred over 1e-37 pass float32's 3.4e38: the limit of a vanishing temperature is the argmax,
+    whatever top_k and top_p keep (a row that does not overflow at 1e-37 is as greedy). sample.py
+    then prints what --temperature=0 does."""
+    model, idx = random_model("pre", dtype=torch.float32), prompt()
+    n = BLOCK + 1 - idx.size(1)
+    greedy = generate(model, idx, n, use_cache=True, temperature=0)
+    assert len(greedy[:, idx.size(1):].unique()) > 3  # varied: a wrong token would show
+    assert torch.equal(generate(model, idx, n, use_cache=True, temperature=1e-300), greedy)
+    scales = torch.tensor([[1.0], [1e2], [1e3], [3.0]])  # at 1e-37: two rows overflow, two not
+    logits = torch.randn(4, V, generator=torch.Generator().manual_seed(2)) * scales
+    for temperature in (1e-300, 1e-37):
+        for kw in (dict(), dict(top_k=5, top_p=0.9)):
+            g = torch.Generator().manual_seed(0)
+            tokens = sample_next(logits, temperature, generator=g, **kw)
+            assert torch.equal(tokens, logits.argmax(dim=-1, keepdim=True)), (temperature, kw)
+    folder = write_checkpoint(tmp_path)
+    greedy = run(folder, "--temperature=0", "--num_samples=2")
+    assert run(folder, "--temperature=1e-300", "--num_samples=2") == greedy
+
+
 def test_filtered_probabilities_are_renormalized():
     tokens = draws(PROBS.log(), n=20000, top_p=0.75)  # {0, 1}: 0.5 / 0.8 and 0.3 / 0.8
     assert abs((tokens == 0).float().mean().item() - 0.625) < 0.015
@@ -514,7 +548,8 @@ def tripwire(*_, **__):
 
 TOOLS = dict(sample=sample.main, eval=evaluation.main, bench=bench.main, ablate=ablate.main)
 BENCH_TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=2", "--steps=1",
-              "--compile=off", "--modes=pre"]
+              "--compile=off", "--modes=pre",
+              "--vocab_size=65"]  # bench's tokens are random: no dataset to prepare
 
 
 @pytest.mark.parametrize("tool, arg, message", [
