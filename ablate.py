@@ -51,7 +51,7 @@ ablate_modes: str | list = "all"  # the norm modes and presets: all, or some by 
 ablate_seeds: list | tuple | int | None = None  # a run per seed (1,2,3), tabled as mean ± std; None: seed
 ablate_seeds_at = {}  # {sweep key: values}: the seeds after the first only at those points ({"n_layer": 16})
 # a run per learning rate (3e-4,1e-3); None: learning_rate, and 3x it for simplenorm, whose paper trains
-# at 3x the baseline's rate (NORM_MODES §7.2)
+# at 3x the baseline's rate (docs/spec.md §7.2)
 ablate_lrs: list | tuple | float | None = None
 # a grid over train.py settings, {key: [values]}; each --sweep=key=v1,v2 sets one key. A mode's own keys
 # (plots.MODE_OF_PREFIX: geo_*, sandwich_*, lns_*, ...) vary only it and its presets (pre runs once beside a

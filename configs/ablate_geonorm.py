@@ -1,4 +1,4 @@
-"""GeoNorm's step size, the paper's open knob (NORM_MODES.md §6.2 items 3 and 7), against pre as the reference:
+"""GeoNorm's step size, the paper's open knob (docs/spec.md §6.2 items 3 and 7), against pre as the reference:
 the baby GPT of shakespeare_char (4 layers, 128 wide, characters) for 1,000 steps at lr 1e-3.
     python ablate.py configs/ablate_geonorm.py                      # 1 pre + 18 geonorm runs, 2 at a time
     python ablate.py configs/ablate_geonorm.py --lrs=3e-3 --sweep=geo_alpha=1,3 --sweep=geo_decay=harmonic,none \
@@ -16,7 +16,7 @@ eval_interval = 250
 ablate_modes = ["pre", "geonorm"]
 ablate_seeds = [1]
 ablate_sweep = dict(
-    geo_alpha=[1.0, 3.0, 10.0],  # the base step a; NORM_MODES' default is 1
+    geo_alpha=[1.0, 3.0, 10.0],  # the base step a; the spec's default is 1
     geo_decay=["harmonic", "sqrt", "none"],  # a_k = a/k, a/√k, a
     geo_max_angle=[None, 0.5],  # no clamp, or θ -> θ/(1 + θ/0.5) < 0.5 rad
 )

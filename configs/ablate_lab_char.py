@@ -6,7 +6,7 @@
 Results and plots: out/ablate_lab_char/ablate/results.md; docs/lab.md has them. The time, measured: 2.1 to 3.7
 minutes a run, two at a time (ngpt, geonorm and simplenorm step 1.4-1.6x slower than pre, eager), 53 minutes
 for the 39 runs.
-Per entry (ablate_entry_settings below; NORM_MODES.md §11, §13):
+Per entry (ablate_entry_settings below; docs/spec.md §11, §13):
 - An untied head (tie_embeddings=False) where a tied one gives a copy bias at init (tests/test_llama.py,
   docs/modes.md): post, deep and geonorm (P(next = current) 0.08 at this width, uniform 0.015) and mixln (its
   first block post: 0.08 here too, 0.37 at d 768). Not pre (0.04), sandwich, simplenorm, peri, lns, reorder,

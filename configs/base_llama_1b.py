@@ -1,4 +1,4 @@
-"""torchtitan's Llama 2 "1B" as SimpleGPT trained it (NORM_MODES.md §7.1): what the four llama_*_1b configs
+"""torchtitan's Llama 2 "1B" as SimpleGPT trained it (docs/spec.md §7.1): what the four llama_*_1b configs
 share, so they differ only in norm_mode (and the baseline's qk_norm). Prepare all of FineWeb-Edu sample-10BT
 (about 10B GPT-2 tokens; 200,000 steps read it about 2.6 times) with
     python prepare_data.py fineweb_edu

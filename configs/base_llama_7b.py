@@ -1,4 +1,4 @@
-"""Llama 2 7B as SimpleGPT trained it (NORM_MODES.md §7.1): what llama_pre_qknorm_7b.py and
+"""Llama 2 7B as SimpleGPT trained it (docs/spec.md §7.1): what llama_pre_qknorm_7b.py and
 llama_simplenorm_7b.py share, so they differ only in norm_mode and qk_norm; base_llama3_8b.py takes the
 training recipe from here too. Sharded over the GPUs (parallel='fsdp') with activation checkpointing: a 7B
 model's weights, gradients and AdamW moments are 16 bytes a parameter, about 110 GB, past any one GPU.

@@ -1,7 +1,7 @@
 """nGPT, the normalized Transformer: every hidden state and every matrix row on the unit sphere, at GPT-2 small
 scale.
     torchrun --standalone --nproc_per_node=8 train.py configs/ngpt_125m.py
-From the authors (NVIDIA/ngpt at ed19eb2, train.py; NORM_MODES.md §13.6): lr 1.5e-3 with a cosine decay to 0, no
+From the authors (NVIDIA/ngpt at ed19eb2, train.py; docs/spec.md §13.6): lr 1.5e-3 with a cosine decay to 0, no
 warmup, no weight decay (the projection after each step would undo it on the matrices), the untied head (the
 model's default under ngpt), AdamW betas (0.9, 0.95) and clipping 1.0 as base_125m's. Chosen here: fp32 master
 weights (theirs are bf16), GPT-2's GELU MLP and learned positions projected like E (their code is rotary and

@@ -76,7 +76,7 @@ def test_the_lab_configs_cover_every_new_mode_and_switch():
 
 # the lab's entries whose tied head has a copy bias at init at the ablations' width (tests/test_llama.py, docs/modes.md)
 UNTIED = ("post", "deep", "geonorm", "mixln")
-NGPT = {"warmup_iters": 0, "weight_decay": 0.0, "min_lr": 0.0}  # its authors' schedule (NORM_MODES §13.6)
+NGPT = {"warmup_iters": 0, "weight_decay": 0.0, "min_lr": 0.0}  # its authors' schedule (docs/spec.md §13.6)
 
 
 def test_the_lab_ablation_is_every_entry_over_three_seeds_at_the_cpu_setting():
@@ -111,3 +111,19 @@ def test_the_llama_depth_ladder_is_the_gpt2_ladder_on_the_llama_block_for_the_mo
     assert llama["base"]["arch"] == "llama" and (llama["sweep"], llama["entry"]) == (gpt2["sweep"], gpt2["entry"])
     assert llama["modes"] == ["pre", "post", "hybrid", "reorder", "dyt", "simplenorm"] and llama["seeds"] == [1]
     assert len(ablate.plan_runs(llama, ROOT / "out")) == 6 * 4
+
+
+def test_the_race_is_the_ladders_setting_with_one_head_and_one_grid_for_every_entry():
+    """Every lab entry untied, at 1e-3 to 8e-3 by doubling, seeds 1 and 2, at 16 blocks; reorder with its
+    QK-norm; otherwise the ladder's setting, so that the ladder's runs with the race's settings are reused."""
+    race, ladder = (ablate.configure([str(ROOT / "configs" / name)])
+                    for name in ("ablate_race_char.py", "ablate_depth_char.py"))
+    assert race["modes"] == list(ENTRIES) and race["seeds"] == [1, 2] and race["sweep"] == {"n_layer": [16]}
+    assert race["lrs"] == [1e-3, 2e-3, 4e-3, 8e-3]
+    assert {k for k in race["base"] if race["base"][k] != ladder["base"][k]} == {"out_dir", "tie_embeddings"}
+    runs = ablate.plan_runs(race, ROOT / "out")
+    assert len(runs) == 13 * 4 * 2
+    assert not any(model(race["base"] | r["settings"]).tied for r in runs)
+    assert {r["mode"] for r in runs if r["settings"].get("qk_norm")} == {"reorder"}
+    assert {r["settings"]["min_lr"] for r in runs if r["mode"] == "ngpt"} == {0.0}
+    assert {r["mode"] for r in runs if (race["base"] | r["settings"])["warmup_iters"] == 0} == {"ngpt"}

@@ -63,3 +63,31 @@ def test_the_readme_is_a_page_that_holds_cis_test_command():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 350, "the README is the front page: long material goes to docs/"
     assert any(line.startswith("python -m pytest") for line in lines), ".ci/run runs this line as the test command"
+
+
+OUTSIDE = "NORM_MODES" + ".md"  # the specification's name before it came into docs/ (split: not itself a hit)
+
+
+def test_every_section_the_code_and_docs_cite_is_a_heading_of_the_spec():
+    """A § in a comment, config, test or page names a section of docs/spec.md (a paper's own section is
+    cited with the paper's name on the same line); no file points at a specification outside the repository."""
+    spec = (ROOT / "docs" / "spec.md").read_text()
+    headings = set(re.findall(r"^#+ §(\d+(?:\.\d+)*)", spec, re.M))
+    files = [p for p in ROOT.rglob("*") if p.suffix in (".py", ".md") and ".git" not in p.parts
+             and "mutants" not in p.parts and p.name != "spec.md"]
+    unresolved = []
+    for path in files:
+        for line in path.read_text().splitlines():
+            assert OUTSIDE not in line, f"{path.name} points outside the repository: {line}"
+            cited = re.findall(r"§ ?(\d+(?:\.\d+)*)", line)
+            papers = re.search(r"paper|SimpleGPT|its §", line)
+            unresolved += [(path.name, n) for n in cited if n not in headings and not papers]
+    assert not unresolved
+    assert {"2", "6.2", "11", "13.6", "14.5"} <= headings
+
+
+def test_the_first_screen_of_the_readme_installs_runs_and_tests():
+    """A newcomer's path: set-up, a first run and the test command within the README's first 25 lines."""
+    first = (ROOT / "README.md").read_text().splitlines()[:25]
+    for start in ("pip install -r requirements.txt", "python train.py", "python -m pytest"):
+        assert any(line.startswith(start) for line in first), start

@@ -1,4 +1,4 @@
-"""The normalization lab against ../shared/NORM_MODES.md §13: lns, mixln, reorder, hybrid, ngpt and the
+"""The normalization lab against docs/spec.md §13: lns, mixln, reorder, hybrid, ngpt and the
 switches embed_norm and norm_type='dyt', one test per property (named after §13's L, M, E, R, H, D and N
 items), on both block families; and each scheme written again from its authors' equations, giving model.py's
 logits."""

@@ -1,4 +1,4 @@
-"""The llama block family against NORM_MODES.md §11: rotary positions (RoFormer Eq. 34), the SwiGLU MLP,
+"""The llama block family against docs/spec.md §11: rotary positions (RoFormer Eq. 34), the SwiGLU MLP,
 torchtitan's init, grouped-query attention, and tie_embeddings in both families. The six modes' own
 invariants run on both families in tests/test_model.py."""
 import math

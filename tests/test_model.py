@@ -1,4 +1,4 @@
-"""model.py against ../shared/NORM_MODES.md: one test per property, named after it (§2–§9). The properties
+"""model.py against docs/spec.md: one test per property, named after it (§2–§9). The properties
 that do not belong to GPT-2's block run on both block families (§11); tests/test_llama.py has llama's own."""
 import dataclasses
 import importlib.util
@@ -210,7 +210,7 @@ def test_sandwich_P1_residual_increments_have_output_norm_std(depth_scaled, arch
     (llama's RMSNorm: RMS γ_out·√(σ²/(σ² + ε)), σ² the raw branch's mean square).
 
     The ε factor matters: attention averages values over t positions, so at init the raw branch
-    variance falls like 1/t and nears ε = 1e-5 late in the sequence (NORM_MODES §5 omits this).
+    variance falls like 1/t and nears ε = 1e-5 late in the sequence (docs/spec.md §5 omits this).
     """
     model = build("sandwich", sandwich_depth_scaled=depth_scaled, arch=arch)
     L, eps, rope = model.config.n_layer, 1e-5, rope_rows(model, model.config.block_size)
@@ -662,7 +662,7 @@ def unit(t):
     return t / t.norm(dim=-1, keepdim=True)
 
 
-# Each mode's join for block b, as NORM_MODES.md's table writes it: f the sub-layer, n its norm (post, deep:
+# Each mode's join for block b, as docs/spec.md's table writes it: f the sub-layer, n its norm (post, deep:
 # after the add), o the norm of f's output (sandwich, reorder), a ngpt's eigen learning rate. A new mode adds
 # its line (docs/modes.md, "Adding a norm mode").
 JOINS = {
@@ -923,7 +923,7 @@ def test_the_loss_is_the_mean_cross_entropy_of_the_targets_and_a_target_of_minus
 
 
 # ---------------------------------------------------------------- widths and epsilons, every combination
-# Each expectation below is derived from NORM_MODES.md (§1, §5, §7.3, §8's table, §11, §13.4–13.6) and the
+# Each expectation below is derived from docs/spec.md (§1, §5, §7.3, §8's table, §11, §13.4–13.6) and the
 # README's modes table, not read off model.py: which norms a model has, their kind, normalized width and ε,
 # the tie rule and a closed-form parameter count, for every family × tying × mode × switch that the spec
 # allows. Widths are chosen apart: d 32, d_h 8, GQA k/v 16, gpt2 MLP 128, llama SwiGLU 88, V 17.
@@ -937,7 +937,7 @@ VARIANTS = {"mixln": [dict(mixln_alpha=0.5), dict(mixln_alpha=1.0)],  # block 1 
 
 
 def spec_allows(arch, norm_mode, bias=False, qk_norm=False, embed_norm=False, norm_type="norm", n_kv_head=None, **_):
-    """The combinations NORM_MODES.md allows (§7.2, §11, §13.4–13.6), written from the spec."""
+    """The combinations docs/spec.md allows (§7.2, §11, §13.4–13.6), written from the spec."""
     mode = norm_mode
     return not ((bias and (arch == "llama" or mode in ("simplenorm", "ngpt")))
                 or (qk_norm and mode in ("hybrid", "ngpt"))
@@ -945,7 +945,7 @@ def spec_allows(arch, norm_mode, bias=False, qk_norm=False, embed_norm=False, no
                 or (mode == "ngpt" and (embed_norm or n_kv_head is not None)))
 
 
-# the modes NORM_MODES.md specifies: the closed forms below are theirs, so a mode added later (docs/modes.md)
+# the modes docs/spec.md specifies: the closed forms below are theirs, so a mode added later (docs/modes.md)
 # is not swept here, where nothing could say what its norms should be
 SPEC_MODES = ("post", "pre", "deep", "sandwich", "geonorm", "simplenorm", "lns", "mixln", "reorder", "hybrid", "ngpt")
 
