@@ -35,8 +35,10 @@ def patched_copy(tmp_path, diff):
                                                               ".*cache", "mutants"))  # mutmut's copy
     if (ROOT.parent / "shared").is_dir():  # data and tokenizer files beside the checkout (tests/conftest.py)
         (tmp_path / "shared").symlink_to(ROOT.parent / "shared")
-    subprocess.run(["git", "init", "-q"], cwd=copy, check=True)  # git apply takes paths from the copy's root
-    applied = subprocess.run(["git", "apply", "-"], input=diff, cwd=copy, capture_output=True, text=True)
+    # git apply takes paths from the copy's root
+    subprocess.run(["git", "init", "-q"], cwd=copy, check=True, timeout=60)
+    applied = subprocess.run(["git", "apply", "-"], input=diff, cwd=copy, capture_output=True, text=True,
+                             timeout=60)
     assert applied.returncode == 0, f"the worked diff does not apply to this checkout:\n{applied.stderr}"
     return copy
 
@@ -57,7 +59,8 @@ def pytest_on(copy, select, *args, path="tests"):
     (copy / "collected_ids.py").write_text(COLLECTED)
     return subprocess.run([sys.executable, "-m", "pytest", path, "--ignore=tests/test_add_a_mode.py", "-p",
                            "no:cacheprovider", "-p", "collected_ids", "-k", select, *args], cwd=copy,
-                          capture_output=True, text=True, env=os.environ | {"OMP_NUM_THREADS": "1"}).stdout
+                          capture_output=True, text=True, env=os.environ | {"OMP_NUM_THREADS": "1"},
+                          timeout=900).stdout
 
 
 def outcomes(output):

@@ -280,7 +280,7 @@ def test_a_run_is_evaluated_when_its_eval_json_has_the_tasks_and_limit_asked_for
 
 def test_the_provenance_names_the_code_s_revision_wherever_it_runs_and_the_libraries(tmp_path, monkeypatch):
     revision = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
-                              text=True).stdout.strip() or None  # None outside a git checkout
+                              text=True, timeout=60).stdout.strip() or None  # None outside a git checkout
     monkeypatch.chdir(tmp_path)  # run from elsewhere: the revision is the code's, not the working folder's
     p = checkpoint.provenance()
     assert p == dict(git=revision, python=sys.version.split()[0], torch=torch.__version__,

@@ -194,7 +194,7 @@ def test_first_line_is_the_type_and_the_first_line_of_the_message_and_what_its_c
 def test_data_imports_without_torch():
     """prepare_data.py runs where only numpy and tqdm are installed (CI checks it under Python 3.10)."""
     check = "import sys, data; sys.exit('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", check], cwd=ROOT).returncode == 0
+    assert subprocess.run([sys.executable, "-c", check], cwd=ROOT, timeout=120).returncode == 0
 
 
 TOOLS = ("prepare_data", "train", "sample", "eval", "ablate", "bench")  # the command-line scripts
@@ -237,7 +237,8 @@ data.run_cli(main)
 
 
 def test_run_cli_passes_argv_and_turns_ctrl_c_and_a_closed_pipe_into_one_line_and_their_status():
-    run = lambda *args: subprocess.run([sys.executable, "-c", RUN_CLI, *args], cwd=ROOT, capture_output=True, text=True)
+    run = lambda *args: subprocess.run([sys.executable, "-c", RUN_CLI, *args], cwd=ROOT, capture_output=True,
+                                       text=True, timeout=120)
     done, said, plain = run("go", "--x=1"), run("stop", "kept 3 shards: the same command resumes"), run("stop")
     assert (done.returncode, done.stdout, done.stderr) == (0, "['go', '--x=1']\n", "")
     assert (said.returncode, said.stderr) == (130, "interrupted: kept 3 shards: the same command resumes\n")

@@ -239,7 +239,7 @@ def test_kill_9_in_the_middle_of_a_sharded_save(data_dir, tmp_path):
     while proc.stdout.readline().strip() != "saving":
         assert proc.poll() is None and time.time() < deadline
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc.wait(timeout=60)
     assert (tmp_path / "ckpt-2").is_dir() and checkpoint.load_checkpoint(tmp_path)["iter_num"] == 1
     checkpoint.load_model(str(tmp_path), "cpu")
 

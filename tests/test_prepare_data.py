@@ -458,7 +458,7 @@ def test_builds_of_one_folder_take_turns_and_resume_a_killed_one(tmp_path):
     second = build(hold_after=2)
     assert wait_for_turn(second)
     first.kill()
-    first.wait()
+    first.wait(timeout=60)
     by_second = [second.stdout.readline().strip() for _ in range(2)]
     third = build(hold_after=-1)
     assert wait_for_turn(third)

@@ -177,7 +177,7 @@ def test_five_kill_9s_each_resumed_give_the_log_and_losses_of_an_uninterrupted_r
         time.sleep(delays.uniform(0.1, 1.5))  # while it starts (config.json, trimming the log) or trains: mid-step,
         assert proc.is_alive()  # mid-evaluation, mid-save or mid-line in the log
         os.kill(proc.pid, signal.SIGKILL)
-        proc.join()
+        proc.join(timeout=60)
         trained += (parts / "ckpt.pt").exists() and torch.load(parts / "ckpt.pt", weights_only=True)["iter_num"] > 0
     assert trained >= 3  # most kills found it training
     end = torch.load(parts / "ckpt.pt", weights_only=True)["iter_num"] + 3
@@ -308,7 +308,9 @@ def test_a_signal_to_ablate_alone_stops_its_run_with_a_checkpoint_and_starts_no_
     try:
         deadline = time.time() + 120
         while not (run / "log.jsonl").exists() or not logged(run, "train"):
-            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()  # then its output, which a process still running would never close
+                pytest.fail(f"no step logged in 120 s: {proc.communicate(timeout=60)}")
             time.sleep(0.1)
         proc.send_signal(stop)
         _, err = proc.communicate(timeout=120)
