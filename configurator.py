@@ -101,6 +101,8 @@ def read_config_file(path):
         exec(Path(path).read_text(), namespace := {})
     except Exception as e:  # a missing file, a syntax error, ...
         sys.exit(f"error: config file {path}: {type(e).__name__}: {e}")
+    except SystemExit as e:  # sys.exit(0) in a config would end the script as a success, having done nothing
+        sys.exit(f"error: config file {path} exits (SystemExit: {e.code}): a config file assigns settings only")
     return {k: v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, types.ModuleType)}
 
 

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import pathlib
+import signal
 import sys
 import tempfile
 
@@ -75,6 +76,8 @@ def run_cli(main):
         stdout_to_devnull()
         print("stopped: the reader of its output closed it; files are written whole or not at all", file=sys.stderr)
         sys.exit(141)
+    finally:  # done: a Ctrl-C while Python shuts down ends it by SIGINT's own action, not a traceback
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 # ----------------------------------------------------------------------------- writing files

@@ -4,6 +4,8 @@ needs several processes (DDP, FSDP over 2, a signal to one of them) is tests/tes
 test_reliability.py's."""
 import os
 import signal
+import threading
+import time
 import types
 from contextlib import nullcontext
 
@@ -266,11 +268,16 @@ def test_the_third_sigint_stops_at_once_by_sigints_own_default(monkeypatch, capf
     kills = []
     monkeypatch.setattr(os, "kill", lambda pid, signum: kills.append((pid, signum)))
     signals = devices.Signals()
+
+    def deliver(signum):  # as the interpreter does: a byte to the wakeup pipe, then the handler
+        os.write(signals.pipe[1], bytes([signum]))
+        signals.on_signal(signum, None)
+
     try:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGINT):
-            signals.on_signal(signum, None)
+            deliver(signum)
         assert kills == [] and signal.getsignal(signal.SIGINT) == signals.on_signal
-        signals.on_signal(signal.SIGINT, None)
+        deliver(signal.SIGINT)
         assert kills == [(os.getpid(), signal.SIGINT)] and signal.getsignal(signal.SIGINT) == signal.SIG_DFL
     finally:
         signals.restore()
@@ -278,3 +285,29 @@ def test_the_third_sigint_stops_at_once_by_sigints_own_default(monkeypatch, capf
     assert capfd.readouterr().err == (line.format("SIGINT") + line.format("SIGTERM") + line.format("SIGINT")
                                       + "SIGINT three times: stopping now, without a checkpoint\n"
                                       + line.format("SIGINT"))
+
+
+def test_three_sigints_that_land_within_one_step_are_three(monkeypatch, capfd):
+    """Ctrl-C three times while a step computes: Python runs the handler once, after the step's C call,
+    yet each SIGINT counts, and the third stops at once (here the kill is recorded instead)."""
+    signals = devices.Signals()
+    kills = []
+    monkeypatch.setattr(os, "kill", lambda pid, signum: kills.append(signum))
+    main = threading.get_ident()
+
+    def ctrl_c_three_times():
+        for _ in range(3):
+            signal.pthread_kill(main, signal.SIGINT)
+            time.sleep(0.02)
+
+    try:
+        a = torch.randn(1200, 1200) / 40
+        sender = threading.Thread(target=ctrl_c_three_times)
+        sender.start()
+        torch.linalg.matrix_power(a, 2**12)  # one C call, the GIL released: the sender's signals land in it
+        sender.join(timeout=60)
+        torch.zeros(1).add_(1)  # back in Python: the handler runs
+    finally:
+        signals.restore()
+    assert signals.received == [signal.SIGINT] * 3 and kills == [signal.SIGINT]
+    assert capfd.readouterr().err.count("SIGINT three times: stopping now") == 1

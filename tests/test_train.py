@@ -461,6 +461,32 @@ def test_sigterm_and_sigint_save_a_checkpoint_and_exit_cleanly(data_dir, tmp_pat
     assert "--init_from=resume" in out
 
 
+@pytest.mark.parametrize("apart", [0.05, 0.4])
+def test_three_sigints_stop_at_once_however_close_together(data_dir, tmp_path, apart):
+    """Ctrl-C three times, 50 ms apart (within one step: Python runs its handler once for them) or 0.4 s
+    apart (the first save may be done, Python shutting down): no traceback, no 'Exception ignored', the
+    last checkpoint whole. (Signals sent closer than the process is scheduled, the kernel merges.)"""
+    with open(tmp_path / "stdout", "w") as stdout:
+        proc = subprocess.Popen(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--max_iters=100000",
+                                        "--n_layer=6"), stdout=stdout, stderr=subprocess.STDOUT)
+        deadline = time.time() + 120
+        while not ((tmp_path / "log.jsonl").exists() and events(tmp_path, "train")):
+            assert proc.poll() is None and time.time() < deadline, (tmp_path / "stdout").read_text()
+            time.sleep(0.2)
+        for _ in range(3):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(apart)
+        proc.wait(timeout=60)
+    out = (tmp_path / "stdout").read_text()
+    assert "Traceback" not in out and "Exception ignored" not in out, out
+    assert proc.returncode in (-signal.SIGINT, 0), out  # 0: the first SIGINT's save and exit came first
+    stopped_at_once = "SIGINT three times: stopping now, without a checkpoint" in out
+    assert stopped_at_once or events(tmp_path)[-1]["status"] == "interrupted", out  # else saved, then ended
+    assert stopped_at_once or apart > 0.1, out  # three within one step: at once
+    if (tmp_path / "ckpt.pt").exists():
+        checkpoint.load_checkpoint(str(tmp_path))  # verified whole
+
+
 @pytest.mark.parametrize("always, saved_at", [(True, [5, 10, 15, 20]), (False, [5, 15, 20])])
 def test_without_always_save_checkpoint_only_a_better_val_loss_is_saved(data_dir, tmp_path, monkeypatch,
                                                                          always, saved_at):
