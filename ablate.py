@@ -41,7 +41,8 @@ from pathlib import Path
 import checkpoint
 import configurator
 from checkpoint import evaluated, read_log
-from plots import entry_of, plot_all, results_text, size_key, size_table, summarize, table, varies
+from plots import (entry_of, plot_all, race, race_table, results_text, size_key, size_table, summarize,
+                   table, varies)
 from data import atomic_write, print_help, run_cli
 
 # settings: the assignments between the two rulers, read by configurator.py (python ablate.py --help);
@@ -298,7 +299,8 @@ def draw_figures(runs, plan, root):
     folder.mkdir(parents=True, exist_ok=True)
     pngs = plot_all(groups, plan, folder)
     sized = f"\n\n{size_table(groups, plan, key)}" if (key := size_key(plan)) else ""  # loss per mode and size
-    print(f"{table(groups)}{sized}\n\nwrote {', '.join(pngs)} in {folder}")
+    raced = f"\n\n{race_table(rows)}" if (rows := race(groups, plan)) else ""  # each entry at its best lr
+    print(f"{table(groups)}{sized}{raced}\n\nwrote {', '.join(pngs)} in {folder}")
     if unfinished := [r["name"] for g in groups for r in g["runs"] if r["status"] not in ("finished", "diverged")]:
         print(f"note: {len(unfinished)} of {len(runs)} runs have not finished, and the figures leave them out: "
               f"{', '.join(unfinished)}", file=sys.stderr)
@@ -345,7 +347,8 @@ def main(argv):
     text = results_text(groups, plan, argv, plot_all(groups, plan, root))
     atomic_write(root / "results.md", text.encode())
     shown = {k: v for k, v in plan.items() if k != "base"}
-    atomic_write(root / "results.json", json.dumps(dict(plan=shown, groups=groups), indent=1).encode())
+    record = dict(plan=shown, groups=groups, race=race(groups, plan))
+    atomic_write(root / "results.json", json.dumps(record, indent=1).encode())
     print(text)
     failed = [r["name"] for g in groups for r in g["runs"] if r["status"] not in ("finished", "diverged")]
     unscored = [r["name"] for g in groups for r in g["runs"]

@@ -179,8 +179,9 @@ def plot_val_loss(groups, plan, path):
 
 
 def plot_lr(groups, plan, path):
-    """Final val loss against learning rate, a line per mode and sweep point (error bars: ±1 std over seeds),
-    each a little apart sideways; an x at the top where a seed diverged."""
+    """Final val loss against learning rate, the papers' lr-sensitivity figure: a line per mode and sweep
+    point through the means, each seed a point and error bars of ±1 sample std, each family a little apart
+    sideways; an x at the top where a seed diverged."""
     fig, ax = plt.subplots(figsize=(WIDE, TALL))
     families = {}  # the groups that differ only in learning rate
     for g in groups:
@@ -195,6 +196,8 @@ def plot_lr(groups, plan, path):
             lrs = [g["lr"] * dodge for g in ok]
             ax.plot(lrs, mean, ls, marker="o", color=color, label=family)  # a line, so the legend keeps this order
             ax.errorbar(lrs, mean, std, fmt="none", color=color, capsize=3)
+            seeds = [(g["lr"] * dodge, loss) for g in ok for loss in finished_seeds(g).values()]
+            ax.scatter(*zip(*seeds), s=10, color=color, alpha=0.6, zorder=3)
         for i, g in enumerate(g for g in members if g["diverged"]):
             ax.plot(g["lr"] * dodge, 0.97, "x", color=color, markersize=9, mew=2,
                     transform=ax.get_xaxis_transform(),
@@ -334,8 +337,13 @@ def results_text(groups, plan, argv, pngs):
     sized = (f"Final val loss by {key} (± std and the number of seeds where there are several), and the wall "
              f"time of a run and of all runs at each {key} (runs side by side share the machine):\n\n"
              f"{size_table(groups, plan, key)}\n\n") if key else ""
-    return (f"# Ablation\n\n`python ablate.py {' '.join(argv)}`\n\nFinal val loss: at the last step, mean ± std "
-            f"over the seeds that finished; best: the lowest evaluation, mean over them; time/run: a run's wall "
+    raced = race(groups, plan)
+    sized += (f"Each entry at its own best learning rate: the rate with the lowest mean final val loss over "
+              f"the seeds every rate that trains has (trains: a seed finished, none diverged); the loss "
+              f"there, mean ± sample std; the gap to pre at pre's best rate, paired by seed, mean with its "
+              f"95% interval (Student's t) and the number of seeds:\n\n{race_table(raced)}\n\n") if raced else ""
+    return (f"# Ablation\n\n`python ablate.py {' '.join(argv)}`\n\nFinal val loss: at the last step, mean ± sample "
+            f"std over the seeds that finished; best: the lowest evaluation, mean over them; time/run: a run's wall "
             f"time, mean over them.{tasks}\n\n{table(groups)}\n\n{sized}Lowest final val loss first: "
             f"{order or 'none finished'}\n\n" + "".join(f"![{p}]({p})\n" for p in pngs))
 
@@ -445,6 +453,105 @@ def summarize(runs, plan):
     for g in groups.values():
         g["gap"] = gap_to_pre(g, groups.values(), plan)
     return list(groups.values())
+
+
+# Student's t at 95%, two-sided, by degrees of freedom (the seeds less one); past 30, the normal's 1.96
+T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+       2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+       2.045, 2.042)
+
+
+def interval95(values):
+    """(mean, half-width of the 95% interval: Student's t over the values, their sample std); None for one."""
+    mean, std = mean_std(values)
+    n = len(values)
+    return mean, (T95[n - 2] if n - 1 <= len(T95) else 1.96) * std / math.sqrt(n) if n > 1 else None
+
+
+def trains(g):
+    """Whether a group trains at its rate: a seed finished, and none diverged."""
+    return g["finished"] > 0 and not g["diverged"]
+
+
+def finished_seeds(g):
+    return {r["seed"]: r["final_val_loss"] for r in g["runs"] if r["status"] == "finished"}
+
+
+def race(groups, plan):
+    """Each entry at its own best learning rate, where the ablation swept rates: per family of groups that
+    differ only in their rate, the best (lowest mean final val loss among the rates that train), its runs,
+    the largest rate that trains, whether the best is inside the grid (not at its edge), and the gap to
+    pre at pre's own best rate, paired by seed (95% interval over the seeds both have). [] for one rate."""
+    families = {}
+    for g in groups:
+        families.setdefault((g["mode"], tuple(sorted(g["sweep"].items()))), []).append(g)
+    rows = {}
+    for (mode, point), members in families.items():
+        rates = sorted(g["lr"] for g in members)
+        training = [g for g in members if trains(g)]
+        if len(rates) < 2:
+            continue
+        # chosen on the seeds every training rate has: seed 3 at the best rate alone must not move the choice
+        common = set.intersection(*(set(finished_seeds(g)) for g in training)) if training else set()
+        chosen_on = lambda g: statistics.fmean(v for k, v in finished_seeds(g).items() if k in common or not common)
+        best = min(training, key=chosen_on, default=None)
+        ended = any(g["finished"] or g["diverged"] for g in members)
+        rows[mode, point] = dict(
+            mode=mode, sweep=dict(point), rates=rates, best=best, ended=ended,
+            largest_training=max((g["lr"] for g in training), default=None),
+            inside=best is not None and rates[0] < best["lr"] < rates[-1])
+    for (mode, point), row in rows.items():
+        pre = rows.get(("pre", point))
+        row["gap"] = paired_gap(row["best"], pre and pre["best"]) if mode != "pre" else None
+    return [race_record(row) for row in rows.values()]
+
+
+def paired_gap(best, pre_best):
+    """best's final val loss less pre_best's, seed by seed: mean, 95% half-width and the seeds (None: none)."""
+    if best is None or pre_best is None:
+        return None
+    pre = finished_seeds(pre_best)
+    gaps = [loss - pre[seed] for seed, loss in finished_seeds(best).items() if seed in pre]
+    if not gaps:
+        return None
+    mean, half = interval95(gaps)
+    return dict(mean=mean, ci95=half, seeds=len(gaps), pre_lr=pre_best["lr"])
+
+
+def race_record(row):
+    """A race row as results.json keeps it: numbers and the best rate's runs, no group object."""
+    best = row.pop("best")
+    row["best_lr"] = best and best["lr"]
+    row["final_val_loss"] = best and best["final_val_loss"]  # mean and sample std over its seeds
+    row["per_seed"] = best and finished_seeds(best)
+    return row
+
+
+def race_table(rows):
+    """results.md's race table: a row per entry at its own best rate."""
+    lines = ["| entry | best lr | final val loss there | per seed | largest lr that trains | best inside "
+             "the grid | − pre at each one's best lr (95% interval, seeds) |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        name = row["mode"] + "".join(f" {k}={v}" for k, v in row["sweep"].items())
+        if row["best_lr"] is None:
+            lines.append(f"| {name} | — | {'no rate trains' if row['ended'] else 'none finished'} | — | — | — | — |")
+            continue
+        mean, std = row["final_val_loss"]
+        seeds = len(row["per_seed"])
+        final = f"{mean:.4f}" + (f" ± {std:.4f} (sample std, {seeds} seeds)" if seeds > 1 else " (1 seed)")
+        per_seed = ", ".join(f"{loss:.4f}" for _, loss in sorted(row["per_seed"].items()))
+        lines.append(f"| {name} | {row['best_lr']:g} | {final} | {per_seed} | {row['largest_training']:g} | "
+                     f"{'yes' if row['inside'] else 'no: at the edge'} | {race_gap_cell(row['gap'])} |")
+    return "\n".join(lines)
+
+
+def race_gap_cell(gap):
+    """+0.0123 [−0.0040, +0.0286] (3) at pre's lr 0.002; the interval only over several seeds; — for none."""
+    if gap is None:
+        return "—"
+    interval = (f" [{gap['mean'] - gap['ci95']:+.4f}, {gap['mean'] + gap['ci95']:+.4f}]"
+                if gap["ci95"] is not None else "")
+    return f"{gap['mean']:+.4f}{interval} ({gap['seeds']}), pre at {gap['pre_lr']:g}"
 
 
 def gap_to_pre(g, groups, plan):

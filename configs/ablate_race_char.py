@@ -3,7 +3,7 @@
     python ablate.py configs/ablate_race_char.py                    # 104 runs: 13 entries x 4 rates x seeds 1, 2
     python ablate.py configs/ablate_race_char.py --sweep=n_layer=4  # the same race at 4 blocks, in the same folder
     python ablate.py configs/ablate_race_char.py --modes=pre --tie_embeddings=True --out_dir=out/race_char_tied
-The last line is the head control: pre tied, on the same grid and seeds. docs/race.md has the tables.
+The last line is the head control: pre tied, on the same grid and seeds. docs/race.md: the race.
 The setting is the depth ladder's (configs/ablate_depth_char.py: 128 wide, 64 characters, 16 a batch,
 2,000 steps, evaluations of 100 batches every 500 steps), with three changes so that the entries differ
 only in their placement:

@@ -47,8 +47,10 @@ def test_an_ablation_trains_each_run_and_tables_its_final_val_loss(ablation):
         assert row["final val loss"] == f"{end['final_val_loss']:.4f}"  # one seed: no ± std
         assert (row["lr"], row["seeds"], row["diverged"]) == ("0.003", "1", "no")
         assert row["time/run"].endswith(" s")  # a few seconds each
-    groups = json.loads((root / "results.json").read_text())["groups"]
+    recorded = json.loads((root / "results.json").read_text())
+    groups = recorded["groups"]
     assert [(g["mode"], g["finished"], g["diverged"]) for g in groups] == [(mode, 1, 0) for mode in MODES]
+    assert recorded["race"] == []  # one rate: no entry has a best of its own
     assert groups[0]["final_val_loss"][0] == pytest.approx(float(rows[0]["final val loss"].split()[0]), abs=1e-4)
 
 

@@ -5,9 +5,11 @@ import colorsys
 import io
 import json
 import math
+import shutil
 import statistics
 import types
 
+import matplotlib.collections
 import matplotlib.colors
 import numpy as np
 import PIL.Image
@@ -471,11 +473,17 @@ def test_the_learning_rate_figure_is_final_loss_per_rate_with_error_bars_a_littl
     for cross in crosses:  # at the top of the axes whatever the losses: 0.97 of its height
         y = cross.get_transform().transform((cross.get_xdata()[0], cross.get_ydata()[0]))[1]
         assert y == pytest.approx(box.y0 + 0.97 * box.height)
-    [bars] = [c for c in ax.collections if len(c.get_segments()) == 2 and
+    bars = [c for c in ax.collections if isinstance(c, matplotlib.collections.LineCollection)]
+    [bars] = [c for c in bars if len(c.get_segments()) == 2 and
               matplotlib.colors.to_hex(c.get_color()[0]) == lines["pre"][4]]
     for (x, y), seg in zip(zip(lines["pre"][0], lines["pre"][1]), bars.get_segments()):
         std = statistics.stdev([0.1, 0.2])  # seeds 1 and 2
         assert list(seg[:, 0]) == pytest.approx([x, x]) and sorted(seg[:, 1]) == pytest.approx([y - std, y + std])
+    points = [c for c in ax.collections if isinstance(c, matplotlib.collections.PathCollection)]
+    seeds = sorted(tuple(xy) for c in points for xy in c.get_offsets())  # each finished seed, at its rate
+    assert seeds == pytest.approx(sorted((g["lr"] * dodge[g["mode"]], r["final_val_loss"]) for g in groups
+                                         for r in g["runs"] if r["status"] == "finished"))
+    assert len(seeds) == 2 * 2 + 2  # pre at both rates, geonorm at 1e-3; no point for a diverged seed
     assert ax.get_xscale() == "log" and ax.get_xlim() == pytest.approx((1e-3 / 2, 1e-2 * 2))
     assert ax.get_xlabel() == "peak learning rate (log scale)"
     assert ax.get_ylabel() == "final validation loss (nats per character)"
@@ -785,3 +793,64 @@ def test_the_gap_to_pre_is_at_the_same_point_of_a_sweep_that_varies_pre_through_
     gaps = {g["group"]: g["gap"] for g in plots.summarize(runs, plan)}
     assert gaps["sandwich_lr0.001_dyt_alpha_attn0.5"] == gaps["sandwich_lr0.001_dyt_alpha_attn1.0"] == dict(
         mean=1.0, std=0.0, seeds=1)
+
+
+# ------------------------------------------------------------------------------------------------ the race
+
+RACE = {  # (mode, lr): final val loss of seeds 1 and 2 (inf: diverged); pre has a seed 3 at 4e-3 only
+    ("pre", 1e-3): (1.80, 1.82), ("pre", 2e-3): (1.70, 1.74), ("pre", 4e-3): (1.71, 1.75),
+    ("post", 1e-3): (1.90, 1.91), ("post", 2e-3): (1.75, 1.80), ("post", 4e-3): (1.66, 1.69),
+    ("geonorm", 1e-3): (1.72, 1.73), ("geonorm", 2e-3): (1.78, 1.74), ("geonorm", 4e-3): (1.60, math.inf),
+}
+
+
+def test_the_race_takes_each_entry_at_its_own_best_rate_and_pairs_its_seeds_with_pres_at_pres(tmp_path):
+    """The best rate on the seeds every training rate has (pre's seed 3 at 4e-3, however low, does not
+    choose it), a rate with a diverged seed does not train, the edge is said, and the gap to pre is paired
+    by seed at each one's best rate with Student's 95% interval; all as results.md and results.json say."""
+    plan, runs = plan_of(tmp_path, "--modes=pre,post,geonorm", "--lrs=1e-3,2e-3,4e-3", "--seeds=1,2,3")
+    for run in runs:
+        if run["seed"] == 3:
+            if (run["mode"], run["lr"]) == ("pre", 4e-3):
+                write_run(run["dir"], [(0, 4.0), (10, 1.0)])
+            continue  # not run
+        last = RACE[run["mode"], run["lr"]][run["seed"] - 1]
+        write_run(run["dir"], [(0, 4.0), (10, last)], "finished" if math.isfinite(last) else "diverged")
+    groups = plots.summarize(runs, plan)
+    rows = {row["mode"]: row for row in plots.race(groups, plan)}
+    assert {m: (r["best_lr"], r["largest_training"], r["inside"]) for m, r in rows.items()} == {
+        "pre": (2e-3, 4e-3, True), "post": (4e-3, 4e-3, False), "geonorm": (1e-3, 2e-3, False)}
+    assert rows["pre"]["per_seed"] == {1: 1.70, 2: 1.74} and rows["pre"]["gap"] is None
+    assert rows["post"]["final_val_loss"] == pytest.approx((1.675, statistics.stdev([1.66, 1.69])))
+    gaps = [1.66 - 1.70, 1.69 - 1.74]
+    half = 12.706 * statistics.stdev(gaps) / math.sqrt(2)  # t at 95% with 1 degree of freedom
+    assert rows["post"]["gap"] == dict(mean=pytest.approx(statistics.mean(gaps)), ci95=pytest.approx(half),
+                                       seeds=2, pre_lr=2e-3)
+    text = plots.results_text(groups, plan, ["CONFIG"], [])
+    row = next(line for line in text.splitlines() if line.startswith("| post | 0.004 |"))
+    mean = statistics.mean(gaps)
+    assert f"{mean:+.4f} [{mean - half:+.4f}, {mean + half:+.4f}] (2), pre at 0.002" in row
+    assert "1.6750 ± 0.0212 (sample std, 2 seeds)" in row and "no: at the edge" in row
+    assert "| geonorm | 0.001 |" in text and "| 0.002 | no: at the edge |" in text
+    for run in runs:  # geonorm diverged at every rate; post has not run yet
+        if run["mode"] != "pre" and run["seed"] == 1:
+            write_run(run["dir"], [(0, 4.0), (10, math.inf)], "diverged")
+        elif run["mode"] != "pre":
+            for name in ("log.jsonl", "seconds.json"):
+                (run["dir"] / name).unlink(missing_ok=True)
+    rows = plots.race_table(plots.race(plots.summarize(runs, plan), plan)).splitlines()
+    assert rows[3] == "| post | — | no rate trains | — | — | — | — |"
+    shutil.rmtree(tmp_path / "out" / "ablate")
+    rows = plots.race_table(plots.race(plots.summarize(runs, plan), plan)).splitlines()
+    assert rows[3] == "| post | — | none finished | — | — | — | — |"
+    one_rate, one_runs = plan_of(tmp_path / "one", "--modes=pre,post", "--seeds=1")
+    assert plots.race(plots.summarize(one_runs, one_rate), one_rate) == []  # no rates swept: no race
+
+
+@pytest.mark.parametrize("n, t", [(2, 12.706), (3, 4.303), (5, 2.776), (31, 2.042), (40, 1.96)])
+def test_the_95_interval_is_students_t_over_the_seeds(n, t):
+    values = [float(i % 3) for i in range(n)]
+    mean, half = plots.interval95(values)
+    assert mean == pytest.approx(statistics.mean(values))
+    assert half == pytest.approx(t * statistics.stdev(values) / math.sqrt(n))
+    assert plots.interval95([1.0]) == (1.0, None)
