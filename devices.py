@@ -5,6 +5,7 @@ import os
 import signal
 import sys
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 
 import torch
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -155,11 +156,46 @@ def compiles(cfg, device):
     return device.startswith("cuda") if cfg.compile is None else cfg.compile
 
 
+def repair_compile_cache():
+    """Delete the compiled kernels in torch's inductor cache that a compiler stopped mid-write left cut
+    short: a Ctrl-C or a scheduler's SIGTERM reaches the whole process group, g++ too, and torch would
+    load such a file, and fail, in every later run that compiles the same graph. Returns their paths."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    removed = []
+    for path in Path(cache_dir()).rglob("*.so"):
+        if not whole_elf(path):
+            path.unlink(missing_ok=True)  # another process of the launch may have removed it first
+            removed.append(path)
+            print(f"notice: removed {path} from torch's compile cache: cut short (a compiler stopped while "
+                  "writing it); it is compiled again", file=sys.stderr)
+    return removed
+
+
+def whole_elf(path):
+    """Whether path holds a whole ELF file: its header, and its section headers (written last) in it."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(64)
+        size = os.path.getsize(path)
+    except OSError:  # gone meanwhile
+        return True
+    if len(header) < 64 or header[:4] != b"\x7fELF":
+        return False
+    endian = "little" if header[5] == 1 else "big"
+    wide = header[4] == 2  # ELF64; else ELF32, whose fields sit elsewhere
+    at = (0x28, 8, 0x3A, 0x3C) if wide else (0x20, 4, 0x2E, 0x30)
+    section_headers = int.from_bytes(header[at[0]:at[0] + at[1]], endian)
+    entry, count = (int.from_bytes(header[i:i + 2], endian) for i in at[2:])
+    return size >= section_headers + entry * count
+
+
 def parallelize(model, cfg, proc):
     """Activation checkpointing per block, torch.compile, then DDP or FSDP2 (fully_shard each Block, then the
     root), as the settings cfg and the process proc say. Returns (train_model, eval_model): DDP's wrapper and
     the model inside, or the sharded model for both."""
     compiled = compiles(cfg, proc.device)
+    if compiled:
+        repair_compile_cache()
     blocks, fsdp = model.transformer.h, cfg.parallel == "fsdp"
     for i in range(len(blocks)):
         if cfg.activation_checkpointing:  # non-reentrant: the same gradients; the RNG replayed for dropout

@@ -376,6 +376,14 @@ def run_training(cfg, proc, ckpt, meta, data, config):
         sys.exit(f"error: out of memory on {proc.device} ({first_line(e)}): lower batch_size (more "
                  "gradient_accumulation_steps keep the tokens per step), activation_checkpointing=True, "
                  "parallel='fsdp'")
+    except Exception as e:
+        if not (signals.received and devices.compiles(cfg, proc.device)):
+            raise
+        # a Ctrl-C or a scheduler's SIGTERM reaches the whole process group: the compiler died of it too
+        devices.repair_compile_cache()
+        sys.exit(f"error: stopped while torch.compile was compiling ({first_line(e)}); nothing was trained "
+                 f"since the last checkpoint: run the same command again (--init_from=resume if "
+                 f"{cfg.out_dir} holds one)")
     finally:
         signals.restore()
         log.close()

@@ -1,4 +1,5 @@
 """How runs stop and go on: signals, kill -9 and resume, resumed hyperparameters, timing, bad values."""
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -9,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -514,6 +517,86 @@ def test_a_number_that_is_not_one_from_a_config_file_is_one_line(data_dir, tmp_p
             argv = [str(config), f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'run'}", *TINY]
             assert f"{name} must be a finite number, got" in error_of(train.main, argv)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py"]
+
+
+def compilers(session):
+    """The compiler processes (g++ and what it runs) of a process session."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(stat[3]) == session and any(c in read_cmdline(pid) for c in (b"g++", b"cc1plus", b"collect2")):
+            found.append(int(pid))
+    return found
+
+
+def test_a_signal_while_compiling_is_one_line_and_leaves_no_poisoned_cache(data_dir, tmp_path):
+    """A scheduler's SIGTERM to a job's process group while torch.compile runs g++: a clean stop (torch
+    2.13 compiles again what it lost) or one line, never a traceback; and the next compiled run, on the same
+    graphs, trains, with no kernel cut short left in the cache."""
+    env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    args = command(f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'run'}", *TINY, "--max_iters=2",
+                   "--compile=True")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while not compilers(proc.pid):
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                pytest.fail(f"no compiler seen: {proc.communicate(timeout=60)}")
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGTERM)  # every process of the job, g++ too
+        _, err = proc.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 0 or last.startswith("error: stopped while torch.compile was compiling"), err
+    again = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "finished at step 2" in again.stdout
+    assert all(devices.whole_elf(kernel) for kernel in (tmp_path / "cache").rglob("*.so"))
+
+
+def test_a_compile_that_fails_after_a_stop_signal_is_one_line_and_repairs_the_cache(data_dir, tmp_path,
+                                                                                    monkeypatch):
+    """The compiler killed by the signal that stops the run (torch raises from the step): one line that
+    says so and how to go on, the cache repaired; the same failure without a signal is the error it is."""
+    monkeypatch.setattr(torch, "compile", lambda model: model)  # compile=True, nothing compiled: fast
+    repaired = []
+    monkeypatch.setattr(devices, "repair_compile_cache", lambda: repaired.append(True))
+
+    def killed_compiler(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise RuntimeError("InductorError: CalledProcessError: g++ died with <Signals.SIGTERM: 15>")
+
+    monkeypatch.setattr(train, "train_step", killed_compiler)
+    message = error_of(run, data_dir, tmp_path / "run", "--max_iters=4", "--compile=True")
+    assert message.startswith("error: stopped while torch.compile was compiling (RuntimeError: InductorError")
+    assert "run the same command again" in message and len(repaired) == 2  # before compiling, and after
+    monkeypatch.setattr(train, "train_step", lambda *args: (_ for _ in ()).throw(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):
+        run(data_dir, tmp_path / "other", "--max_iters=4", "--compile=True")
+
+
+def test_kernels_cut_short_in_the_compile_cache_are_removed_and_whole_ones_kept(tmp_path, monkeypatch, capfd):
+    """A shared object without its ELF header (a compiler killed before it wrote a byte) or without its
+    section headers (killed while writing): removed with a notice; a whole one stays."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    whole = next(p for p in Path(torch.__file__).parent.rglob("*.so") if p.stat().st_size < 50_000_000)
+    for name, size in (("whole", None), ("empty", 0), ("cut", whole.stat().st_size // 2), ("head", 40)):
+        (tmp_path / name[:2]).mkdir()
+        shutil.copy(whole, tmp_path / name[:2] / f"{name}.so")
+        if size is not None:
+            os.truncate(tmp_path / name[:2] / f"{name}.so", size)
+    removed = devices.repair_compile_cache()
+    assert sorted(p.name for p in removed) == ["cut.so", "empty.so", "head.so"]
+    assert [p.name for p in tmp_path.rglob("*.so")] == ["whole.so"]
+    assert capfd.readouterr().err.count("notice: removed ") == 3
 
 
 def test_a_mistake_is_one_line_on_stderr_and_exit_1(data_dir, tmp_path):
