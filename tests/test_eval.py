@@ -523,6 +523,18 @@ def test_settings_no_evaluation_can_use_are_one_line_before_any_model(args, mess
     assert got == "error: " + fill(message) and list(tmp_path.iterdir()) == []
 
 
+def test_an_out_dir_where_eval_json_cannot_be_written_is_one_line_before_any_model(tasks_dir, tmp_path):
+    """eval.json is written after minutes of scoring: a folder by that name, an empty out_dir or one under
+    /proc is found first."""
+    (tmp_path / "run" / "eval.json").mkdir(parents=True)
+    for out, says in ((tmp_path / "run", "eval.json is not a file"), ("", "out_dir is empty"),
+                      ("/proc/nope", "cannot write in /proc")):
+        got = error_of(evaluation.main, [f"--out_dir={out}", "--device=cpu", "--tasks=tiny_mc",
+                                         f"--include_path={tasks_dir}"])
+        assert says in got, got
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["eval.json"]
+
+
 @pytest.mark.parametrize("text, why", [
     (b"task: x\n  dataset_path: [json\n", "mapping values are not allowed here, line 2"),
     (b"task: caf\xe9\n", "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xe9 in position 9: invalid "

@@ -716,6 +716,19 @@ def test_a_checkpoint_that_model_py_no_longer_fits_is_one_line_naming_out_dir(bo
     assert tree(out) == before
 
 
+def test_an_ablation_resumes_a_stopped_run_from_its_checkpoint_whole_or_sharded(both_kinds, tmp_path):
+    """A run ablate.py finds stopped with a checkpoint, ckpt.pt or a sharded fsdp one, resumes; one with
+    none trains anew."""
+    for kind, folder in both_kinds.items():
+        stopped = tmp_path / kind
+        shutil.copytree(folder, stopped, symlinks=True)
+        log = stopped / "log.jsonl"
+        log.write_text("".join(line for line in log.read_text().splitlines(True) if '"end"' not in line))
+        run = dict(dir=stopped, settings=dict(norm_mode="pre", max_iters=8))
+        assert not ablate.done(run) and ablate.train_args(run)[-1] == "--init_from=resume", kind
+    assert "--init_from=resume" not in ablate.train_args(dict(dir=tmp_path / "new", settings={}))
+
+
 @pytest.mark.parametrize("kind", ["whole", "sharded"])
 def test_a_damaged_checkpoint_without_checksums_says_damaged_not_unfit(both_kinds, kind, tmp_path):
     """Its checksums removed (an older normgpt's, or a copy without them) and a file cut short: the resume
