@@ -43,7 +43,7 @@ import configurator
 from checkpoint import evaluated, read_log
 from plots import (entry_of, plot_all, race, race_table, results_text, size_key, size_table, summarize,
                    table, varies)
-from data import atomic_write, print_help, run_cli
+from data import atomic_write, check_out_dir, print_help, run_cli
 
 # settings: the assignments between the two rulers, read by configurator.py (python ablate.py --help);
 # the command line sets ablate_<name> as --<name>=...
@@ -328,6 +328,9 @@ def train_all(runs, plan, env):
 
 def main(argv):
     plan = configure(argv)
+    check_out_dir(plan["base"]["out_dir"], "out_dir")  # results.md, results.json and the runs go there
+    if plan["figures"]:
+        check_out_dir(plan["figures"], "figures")
     root = Path(plan["base"]["out_dir"]) / "ablate"
     runs = plan_runs(plan, root)
     check_not_stale(runs)

@@ -640,3 +640,15 @@ def test_each_run_logs_layer_stats_unless_told_not_to_and_a_tripled_rate_is_the_
     assert simple["settings"]["min_lr"] == 0.00018 and simple["group"] == "simplenorm_lr0.0018"  # the same ratio
     [pre] = ablate.plan_runs(ablate.configure(["--modes=pre", "--log_layer_stats=False"]), tmp_path)
     assert pre["settings"]["log_layer_stats"] is False
+
+
+def test_an_out_dir_or_figures_folder_that_cannot_be_written_is_one_line_before_any_run(tmp_path):
+    """Empty, a file, a symlink loop, /proc: one line naming the setting, nothing made or started."""
+    (tmp_path / "file").write_text("mine")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for setting, path, says in (("out_dir", "", "out_dir is empty"), ("out_dir", tmp_path / "file", "a file"),
+                                ("out_dir", tmp_path / "loop", "leads nowhere"),
+                                ("figures", "/proc/nope", "cannot write in /proc")):
+        got = error_of(ablate_main, f"--{setting}={path}", "--modes=pre", "--max_iters=1")
+        assert says in got and setting in got, got
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "loop"]
