@@ -13,12 +13,14 @@ import time
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch._dynamo  # noqa: F401 (AdamW imports it at first use, seconds: once here, not in every forked child)
 
 import ablate
 import checkpoint
+import data as data_mod
 import devices
 import prepare_data
 import train
@@ -482,6 +484,23 @@ def test_a_planted_file_or_path_is_one_line_before_anything_is_written(trained, 
     argv = ["--data_dir=data", "--out_dir=run", *TINY, "--max_iters=8", "--init_from=resume", *args]
     assert says in error_of(train.main, argv)
     assert tree(tmp_path) == before
+
+
+def test_a_token_id_outside_the_vocabulary_is_one_line_naming_its_shard(data_dir, tmp_path):
+    """A well-formed shard (header, size and meta.json's sha256 all agree) holding an id the vocabulary has
+    no row for, in either split: one line naming the shard, not an IndexError from the embedding."""
+    for split in ("train", "val"):
+        data = tmp_path / split / "data"
+        shutil.copytree(data_dir / "tiny", data / "tiny")
+        shard = data / "tiny" / f"{split}_000000.bin"
+        tokens = np.array(data_mod.read_shard(shard))
+        tokens[::97] = 60000  # in every window a batch draws
+        meta = json.loads((data / "tiny" / "meta.json").read_text())
+        meta["shards"][split][0]["sha256"] = data_mod.write_shard(shard, tokens)
+        (data / "tiny" / "meta.json").write_text(json.dumps(meta))
+        message = error_of(run, data, tmp_path / split / "run", "--max_iters=2")
+        assert f"{shard} holds token id 60000, outside the vocabulary of" in message
+        assert "prepare_data.py" in message and "--force" in message
 
 
 def test_a_resume_may_name_the_head_the_checkpoint_has(trained, tmp_path):
