@@ -10,6 +10,6 @@ out_dir = "out/ablate_shakespeare_char"
 max_iters = 2000  # two thirds of shakespeare_char's 3,000 steps: the time limit, not convergence, sets it
 eval_interval = 500
 eval_iters = 100  # 102k characters drawn from the 111k of val: with 20 batches the eval set alone moved loss by ~0.015
-ablate_modes = "all"
+ablate_modes = "post,pre,deep,sandwich,geonorm,simplenorm"  # the six; the lab's config runs all thirteen
 ablate_seeds = [1]
 ablate_jobs = 2  # two one-thread runs at once beat one two-thread run on 2 cores

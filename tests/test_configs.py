@@ -127,3 +127,8 @@ def test_the_race_is_the_ladders_setting_with_one_head_and_one_grid_for_every_en
     assert {r["mode"] for r in runs if r["settings"].get("qk_norm")} == {"reorder"}
     assert {r["settings"]["min_lr"] for r in runs if r["mode"] == "ngpt"} == {0.0}
     assert {r["mode"] for r in runs if (race["base"] | r["settings"])["warmup_iters"] == 0} == {"ngpt"}
+
+
+def test_the_six_mode_ablation_is_the_six_first_modes_its_readme_command_promises():
+    six = ablate.configure([str(ROOT / "configs" / "ablate_shakespeare_char.py")])
+    assert six["modes"] == list(NORM_MODES[:6]) == ["post", "pre", "deep", "sandwich", "geonorm", "simplenorm"]

@@ -1,5 +1,6 @@
 """The README and docs/ hold together: every relative link reaches a file (and its heading), every page and
 figure under docs/ is reachable, and the README stays a page with CI's test command in it."""
+import json
 import re
 
 import matplotlib.image
@@ -91,3 +92,11 @@ def test_the_first_screen_of_the_readme_installs_runs_and_tests():
     first = (ROOT / "README.md").read_text().splitlines()[:25]
     for start in ("pip install -r requirements.txt", "python train.py", "python -m pytest"):
         assert any(line.startswith(start) for line in first), start
+
+
+def test_committed_runs_hold_no_machine_paths():
+    """A run committed under docs/ says where it lives relative to the repository, not on whose machine."""
+    for path in (ROOT / "docs").rglob("config.json"):
+        text = path.read_text()
+        assert '"/' not in text and "\\\\" not in text, path
+        assert json.loads(text)["config"]["out_dir"] == str(path.parent.relative_to(ROOT)), path
