@@ -196,8 +196,9 @@ def layer_stats(raw_model, x, y, ctx):
 class Log:
     """The run's record in out_dir, config.json (the settings as run and the code's version) and log.jsonl
     (and wandb when asked for), kept by the master process (another process's Log records nothing). A new
-    run opens it at once; a resume only when it has something new to keep, its first checkpoint or its end
-    (open), holding its records until then: a resume that fails before leaves both files as they were.
+    run opens it at once; a resume only when it has something new to keep, just before its first
+    checkpoint, or at its end (open), holding its records until then: a resume that fails before leaves
+    both files as they were (and one that dies in the save leaves a log ahead, which the next resume trims).
     Opening trims log.jsonl to the step resumed from (a new run's is emptied): no step is logged twice."""
 
     def __init__(self, cfg, resumed_at, master):

@@ -322,8 +322,8 @@ def run_training(cfg, proc, ckpt, meta, data, config):
                 improved, run.best_val = val_loss < run.best_val, min(run.best_val, val_loss)
                 # saved == step: resumed from a stop's checkpoint, saved before its evaluation; record it now
                 if run.step > 0 and (improved or cfg.always_save_checkpoint or run.saved == run.step):
+                    log.open()  # before the checkpoint it records: a resume trims a log that is ahead
                     checkpoint.save_run(cfg, proc, raw_model, optimizer, meta, run)
-                    log.open()
             if run.step >= cfg.max_iters:
                 break
 
@@ -357,6 +357,7 @@ def run_training(cfg, proc, ckpt, meta, data, config):
                 break
 
         if status != "diverged" and run.saved != run.step:  # a diverged state is never saved
+            log.open()
             checkpoint.save_run(cfg, proc, raw_model, optimizer, meta, run)
         best = run.best_val if run.best_val < math.inf else None
         log.record("end", status=status, iter=run.step, best_val_loss=best, final_val_loss=val_loss,
