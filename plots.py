@@ -9,6 +9,7 @@ import types
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 import PIL.Image
@@ -18,7 +19,7 @@ import configurator
 from configurator import PRESETS
 from model import GPT, NORM_MODES
 from checkpoint import evaluated, read_log
-from data import atomic_write
+from data import atomic_write, read_shard
 
 WIDE, TALL = 6.4, 3.6  # inches, before the legend: at 100 dpi about 800 × 400 pixels and 20 KB, for the README
 HOUSE_STYLE = {"savefig.dpi": 100, "figure.constrained_layout.use": True, "axes.grid": True,
@@ -339,7 +340,8 @@ def results_text(groups, plan, argv, pngs):
              f"{size_table(groups, plan, key)}\n\n") if key else ""
     raced = race(groups, plan)
     sized += (f"Each entry at its own best learning rate: the rate with the lowest mean final val loss over "
-              f"the seeds every rate that trains has (trains: a seed finished, none diverged); the loss "
+              f"the seeds every rate that trains has (trains: a seed finished, none diverged, and the mean "
+              f"is 5% or more below {baseline_text(raced)}); the loss "
               f"there, mean ± sample std; the gap to pre at pre's best rate, paired by seed, mean with its "
               f"95% interval (Student's t) and the number of seeds:\n\n{race_table(raced)}\n\n") if raced else ""
     return (f"# Ablation\n\n`python ablate.py {' '.join(argv)}`\n\nFinal val loss: at the last step, mean ± sample "
@@ -468,9 +470,34 @@ def interval95(values):
     return mean, (T95[n - 2] if n - 1 <= len(T95) else 1.96) * std / math.sqrt(n) if n > 1 else None
 
 
-def trains(g):
-    """Whether a group trains at its rate: a seed finished, and none diverged."""
-    return g["finished"] > 0 and not g["diverged"]
+FREQUENCY_TOKENS = 10_000_000  # of each split, for the frequency baseline: its first shards
+
+
+def frequency_loss(plan):
+    """The val loss of predicting each token by its frequency in the training text, with no context: what a
+    run that learned nothing else ends at (3.35 nats for tiny Shakespeare by characters). None without the
+    dataset's shards."""
+    meta = read_meta(plan)
+    if meta is None or "shards" not in meta:
+        return None
+    folder = Path(plan["base"]["data_dir"]) / plan["base"]["dataset"]
+    counts = {}
+    for split in ("train", "val"):
+        tokens = [read_shard(folder / s["file"]) for s in meta["shards"][split]]
+        first = np.concatenate(tokens)[:FREQUENCY_TOKENS]
+        counts[split] = np.bincount(first, minlength=meta["vocab_size"])
+    seen = counts["train"] > 0  # a token never in training: the baseline would give it no mass
+    train = counts["train"][seen] / counts["train"].sum()
+    val = counts["val"][seen] / counts["val"][seen].sum()
+    return float(-(val * np.log(train)).sum())
+
+
+def trains(g, baseline):
+    """Whether a group trains at its rate: a seed finished, none diverged, and (given the frequency
+    baseline) its mean final val loss is at least 5% below it: a run on that plateau learned no context."""
+    if not g["finished"] or g["diverged"]:
+        return False
+    return baseline is None or g["final_val_loss"][0] < 0.95 * baseline
 
 
 def finished_seeds(g):
@@ -480,15 +507,16 @@ def finished_seeds(g):
 def race(groups, plan):
     """Each entry at its own best learning rate, where the ablation swept rates: per family of groups that
     differ only in their rate, the best (lowest mean final val loss among the rates that train), its runs,
-    the largest rate that trains, whether the best is inside the grid (not at its edge), and the gap to
+    the largest rate that trains (trains), whether the best is inside the grid (not at its edge), the gap to
     pre at pre's own best rate, paired by seed (95% interval over the seeds both have). [] for one rate."""
     families = {}
     for g in groups:
         families.setdefault((g["mode"], tuple(sorted(g["sweep"].items()))), []).append(g)
+    baseline = frequency_loss(plan) if any(len(f) > 1 for f in families.values()) else None
     rows = {}
     for (mode, point), members in families.items():
         rates = sorted(g["lr"] for g in members)
-        training = [g for g in members if trains(g)]
+        training = [g for g in members if trains(g, baseline)]
         if len(rates) < 2:
             continue
         # chosen on the seeds every training rate has: seed 3 at the best rate alone must not move the choice
@@ -497,7 +525,7 @@ def race(groups, plan):
         best = min(training, key=chosen_on, default=None)
         ended = any(g["finished"] or g["diverged"] for g in members)
         rows[mode, point] = dict(
-            mode=mode, sweep=dict(point), rates=rates, best=best, ended=ended,
+            mode=mode, sweep=dict(point), rates=rates, best=best, ended=ended, frequency_loss=baseline,
             largest_training=max((g["lr"] for g in training), default=None),
             inside=best is not None and rates[0] < best["lr"] < rates[-1])
     for (mode, point), row in rows.items():
@@ -525,6 +553,13 @@ def race_record(row):
     row["final_val_loss"] = best and best["final_val_loss"]  # mean and sample std over its seeds
     row["per_seed"] = best and finished_seeds(best)
     return row
+
+
+def baseline_text(rows):
+    """The frequency baseline as the race's caption names it."""
+    loss = rows[0]["frequency_loss"]
+    where = f", {loss:.4f} here" if loss is not None else ", not computed: the dataset is not in data_dir"
+    return f"the val loss of predicting each token by its training frequency{where}"
 
 
 def race_table(rows):

@@ -855,3 +855,29 @@ def test_the_95_interval_is_students_t_over_the_seeds(n, t):
     assert mean == pytest.approx(statistics.mean(values))
     assert half == pytest.approx(t * statistics.stdev(values) / math.sqrt(n))
     assert plots.interval95([1.0]) == (1.0, None)
+
+
+def test_a_rate_whose_runs_end_on_the_frequency_plateau_does_not_train(tmp_path):
+    """The baseline is the val loss of predicting each token by its training frequency, computed from the
+    shards; a rate whose mean final loss is not 5% below it learned no context: it neither trains nor wins."""
+    from data import write_shard
+    folder = tmp_path / "data" / "tiny"
+    folder.mkdir(parents=True)
+    write_shard(folder / "train.bin", [0, 0, 0, 1] * 50)  # frequencies 3/4 and 1/4
+    write_shard(folder / "val.bin", [0, 1] * 20)  # half and half
+    shards = dict(train=[dict(file="train.bin", tokens=200)], val=[dict(file="val.bin", tokens=40)])
+    plan, runs = plan_of(tmp_path, "--modes=pre,post", "--lrs=1e-3,2e-3,4e-3", "--seeds=1",
+                         meta=dict(tokenizer="char", vocab_size=2, shards=shards))
+    baseline = -(0.5 * math.log(0.75) + 0.5 * math.log(0.25))
+    assert plots.frequency_loss(plan) == pytest.approx(baseline)
+    finals = {1e-3: 0.60, 2e-3: 0.55, 4e-3: 0.96 * baseline}  # 4e-3: on the plateau, and lowest for post
+    finals_post = {1e-3: 0.60, 2e-3: 0.70, 4e-3: 0.30 * baseline}
+    for run in runs:
+        last = (finals if run["mode"] == "pre" else finals_post)[run["lr"]]
+        write_run(run["dir"], [(0, 1.0), (10, last)])
+    rows = {row["mode"]: row for row in plots.race(plots.summarize(runs, plan), plan)}
+    assert (rows["pre"]["best_lr"], rows["pre"]["largest_training"]) == (2e-3, 2e-3)
+    assert (rows["post"]["best_lr"], rows["post"]["largest_training"]) == (4e-3, 4e-3)
+    assert rows["pre"]["frequency_loss"] == pytest.approx(baseline)
+    text = plots.results_text(plots.summarize(runs, plan), plan, ["CONFIG"], [])
+    assert f"by its training frequency, {baseline:.4f} here" in text
