@@ -43,7 +43,7 @@ import configurator
 from checkpoint import evaluated, read_log
 from plots import (entry_of, plot_all, race, race_table, results_text, size_key, size_table, summarize,
                    table, varies)
-from data import atomic_write, check_out_dir, print_help, run_cli
+from data import atomic_write, check_out_dir, first_line, print_help, run_cli
 
 # settings: the assignments between the two rulers, read by configurator.py (python ablate.py --help);
 # the command line sets ablate_<name> as --<name>=...
@@ -206,7 +206,12 @@ def check_not_stale(runs):
     for run in runs:
         path = run["dir"] / "config.json"
         if path.exists():
-            old = json.loads(path.read_text())["config"]
+            try:
+                old = json.loads(path.read_text())["config"]
+                old.items()
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # a folder, not train.py's
+                sys.exit(f"error: {path} is not train.py's config.json ({first_line(e)}): move it away, or "
+                         f"delete {run['dir']} to train that run again")
             for key, value in run["settings"].items():
                 if key != "out_dir" and key in old and old[key] != value:
                     sys.exit(f"error: {run['dir']} was trained with {key}={old[key]!r}, not {value!r}: "

@@ -652,3 +652,16 @@ def test_an_out_dir_or_figures_folder_that_cannot_be_written_is_one_line_before_
         got = error_of(ablate_main, f"--{setting}={path}", "--modes=pre", "--max_iters=1")
         assert says in got and setting in got, got
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "loop"]
+
+
+def test_a_runs_config_json_of_the_wrong_shape_is_one_line(tmp_path):
+    """ablate.py reads each run's config.json to find a stale run: a folder, not JSON, or not train.py's."""
+    args = [f"--out_dir={tmp_path}", "--modes=pre", "--seeds=1", "--max_iters=1", "--dry_run=True"]
+    path = tmp_path / "ablate" / "pre_lr0.001_s1" / "config.json"
+    for make in (lambda: path.mkdir(parents=True), lambda: path.write_text("{"), lambda: path.write_text("[1]"),
+                 lambda: path.write_text('{"config": 3}')):
+        if path.is_dir():
+            path.rmdir()
+        make()
+        got = error_of(ablate_main, *args)
+        assert f"{path} is not train.py's config.json" in got and "move it away" in got, got
