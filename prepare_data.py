@@ -248,8 +248,9 @@ def _tokenized(docs, meta, workers):
     in flight: Pool.imap would read ahead through the whole stream and hold it in memory."""
     if workers == 1:  # a thread: no fork, no pickling
         pool = multiprocessing.pool.ThreadPool(1, _init_worker, (meta, False))
-    else:  # fork, not spawn: spawn re-runs the __main__ script, e.g. train.py when it prepares pystdlib
-        pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, (meta, True))
+    else:  # forked from a server of one thread: a fork of this process, whose libraries (torch when train.py
+        # makes pystdlib, a test runner) run threads that may hold a lock, can start a worker that never runs
+        pool = multiprocessing.get_context("forkserver").Pool(workers, _init_worker, (meta, True))
     with pool:
         pending = collections.deque()
         for batch in _batches(docs):

@@ -5,6 +5,7 @@ import io
 import itertools
 import json
 import math
+import multiprocessing
 import os
 import pathlib
 import re
@@ -175,14 +176,22 @@ def test_a_build_holds_one_shard_in_memory_at_two_bytes_a_token(tmp_path):
 
 
 def test_parallel_workers_write_the_same_shards_as_one(tmp_path, monkeypatch):
-    """--workers N forks N processes; one worker is a thread of this process (nothing to fork or pickle)."""
+    """--workers N starts N processes, forked from a server of one thread (not from this process, whose
+    threads may hold locks); one worker is a thread of this process (nothing to fork or pickle)."""
     monkeypatch.setattr(prepare_data, "BATCH_CHARS", 5_000)  # many batches in flight
-    options, fork, forks = dict(num_tokens=200_000, shard_tokens=30_000), os.fork, []
-    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or fork())
+    options, get_context, pools = dict(num_tokens=200_000, shard_tokens=30_000), multiprocessing.get_context, []
+
+    def recorded(method):
+        context = get_context(method)
+        pool = context.Pool
+        monkeypatch.setattr(context, "Pool", lambda n, *args: pools.append((method, n)) or pool(n, *args))
+        return context
+
+    monkeypatch.setattr(prepare_data.multiprocessing, "get_context", recorded)
     one = load_meta(prepare("pystdlib", tmp_path / "one", workers=1, **options))
-    assert not forks
+    assert not pools
     three = load_meta(prepare("pystdlib", tmp_path / "three", workers=3, **options))  # more than CI's cores
-    assert len(forks) == 3 and one["shards"] == three["shards"] and len(one["shards"]["train"]) > 1
+    assert pools == [("forkserver", 3)] and one["shards"] == three["shards"] and len(one["shards"]["train"]) > 1
 
 
 @pytest.mark.parametrize("workers", [1, 2])
