@@ -249,8 +249,14 @@ def _tokenized(docs, meta, workers):
     if workers == 1:  # a thread: no fork, no pickling
         pool = multiprocessing.pool.ThreadPool(1, _init_worker, (meta, False))
     else:  # forked from a server of one thread: a fork of this process, whose libraries (torch when train.py
-        # makes pystdlib, a test runner) run threads that may hold a lock, can start a worker that never runs
-        pool = multiprocessing.get_context("forkserver").Pool(workers, _init_worker, (meta, True))
+        # makes pystdlib, a test runner) run threads that may hold a lock, can start a worker that never runs.
+        # The server and its workers start with Ctrl-C ignored (a disposition exec keeps): one landing while
+        # a worker imports would print a stray traceback; the parent alone stops the build
+        ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            pool = multiprocessing.get_context("forkserver").Pool(workers, _init_worker, (meta, True))
+        finally:
+            signal.signal(signal.SIGINT, ignored)
     with pool:
         pending = collections.deque()
         for batch in _batches(docs):

@@ -463,9 +463,9 @@ def test_sigterm_and_sigint_save_a_checkpoint_and_exit_cleanly(data_dir, tmp_pat
 
 @pytest.mark.parametrize("apart", [0.05, 0.4])
 def test_three_sigints_stop_at_once_however_close_together(data_dir, tmp_path, apart):
-    """Ctrl-C three times, 50 ms apart (within one step: Python runs its handler once for them) or 0.4 s
-    apart (the first save may be done, Python shutting down): no traceback, no 'Exception ignored', the
-    last checkpoint whole. (Signals sent closer than the process is scheduled, the kernel merges.)"""
+    """Ctrl-C three times, 50 ms or 0.4 s apart: stopped at once, or the first one's save done and the run
+    ended (Python shutting down when the others land); never a traceback or an 'Exception ignored', the
+    last checkpoint whole. (That three landing in one step count three: tests/test_devices.py.)"""
     with open(tmp_path / "stdout", "w") as stdout:
         proc = subprocess.Popen(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--max_iters=100000",
                                         "--n_layer=6"), stdout=stdout, stderr=subprocess.STDOUT)
@@ -482,7 +482,6 @@ def test_three_sigints_stop_at_once_however_close_together(data_dir, tmp_path, a
     assert proc.returncode in (-signal.SIGINT, 0), out  # 0: the first SIGINT's save and exit came first
     stopped_at_once = "SIGINT three times: stopping now, without a checkpoint" in out
     assert stopped_at_once or events(tmp_path)[-1]["status"] == "interrupted", out  # else saved, then ended
-    assert stopped_at_once or apart > 0.1, out  # three within one step: at once
     if (tmp_path / "ckpt.pt").exists():
         checkpoint.load_checkpoint(str(tmp_path))  # verified whole
 
