@@ -256,6 +256,8 @@ def meta_shape_error(meta):
         return f"a {type(meta).__name__}, not an object"
     if missing := [k for k in ("tokenizer", "vocab_size", "shards") if k not in meta]:
         return f"no {', '.join(missing)}"
+    if why := tokenizer_error(meta):
+        return why
     shards = meta["shards"]
     if not isinstance(shards, dict) or any(not isinstance(shards.get(s), list) for s in ("train", "val")):
         return "its shards are not a list per split, train and val"
@@ -265,6 +267,21 @@ def meta_shape_error(meta):
         named = isinstance(shard, dict) and isinstance(shard.get("file"), str)
         if not named or type(shard.get("tokens")) is not int:
             return f"a shard {shard!r} without its file and token count"
+    return None
+
+
+def tokenizer_error(meta):
+    """What makes meta's tokenizer not the one its shards were written with, or None: GPT-2's has its 50,257
+    tokens, a character table as many characters as vocab_size (an edited meta.json would train and sample
+    on another reading of the same ids)."""
+    tokenizer, vocab = meta["tokenizer"], meta["vocab_size"]
+    if tokenizer == "gpt2" and vocab != GPT2_META["vocab_size"]:
+        return f"tokenizer gpt2 with vocab_size {vocab!r}, not GPT-2's {GPT2_META['vocab_size']}"
+    chars = meta.get("chars")
+    if tokenizer == "char" and (not isinstance(chars, (str, list)) or len(chars) != vocab):
+        return f"tokenizer char with vocab_size {vocab!r} and {len(chars or '')} characters in its table"
+    if tokenizer not in ("gpt2", "char"):
+        return f"tokenizer {tokenizer!r}, neither gpt2 nor char"
     return None
 
 

@@ -128,10 +128,12 @@ def test_load_meta_of_an_unprepared_or_corrupt_folder_gives_the_command_that_bui
     monkeypatch.chdir(tmp_path)
     assert error_of(load_meta, folder) == f"error: {folder} is not prepared (no meta.json): run  {command}"
     (tmp_path / folder).mkdir(parents=True)
-    good = dict(tokenizer="char", vocab_size=3, shards=dict(train=[dict(file="t.bin", tokens=9)],
-                                                             val=[dict(file="v.bin", tokens=9)]))
+    good = dict(tokenizer="char", vocab_size=3, chars="abc", shards=dict(train=[dict(file="t.bin", tokens=9)],
+                                                                         val=[dict(file="v.bin", tokens=9)]))
     wrong_shapes = ['{"vocab_size": ',  # a build cut short while writing it
                     "[]", json.dumps({k: v for k, v in good.items() if k != "shards"}),
+                    json.dumps(good | dict(tokenizer="gpt2")),  # edited over character shards
+                    json.dumps(good | dict(chars="ab")), json.dumps(good | dict(tokenizer="bpe")),
                     json.dumps(good | dict(shards=[])), json.dumps(good | dict(shards=dict(train=[], val=[]))),
                     json.dumps(good | dict(shards=dict(train=["t.bin"], val=[])))]
     for text in wrong_shapes:

@@ -446,6 +446,11 @@ def prepare_again(root):
     prepare_data.prepare("shakespeare_char", root / "data" / "tiny", inputs=[str(other)], workers=1, force=True)
 
 
+def edit_meta(root, **change):
+    path = root / "data" / "tiny" / "meta.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | change))
+
+
 def replace_by_folder(path):
     path.unlink()
     path.mkdir()
@@ -462,6 +467,8 @@ PLANTED = {  # planted in a copy of the trained run and its data: (plant, argume
     "the data prepared again from other text": (prepare_again, [], "its shards' sha256 in meta.json differ"),
     "meta.json a list": (lambda r: (r / "data" / "tiny" / "meta.json").write_text("[]"), [],
                          "meta.json is corrupt (a list, not an object)"),
+    "meta.json edited to gpt2 over character shards": (lambda r: edit_meta(r, tokenizer="gpt2"), [],
+                                                       "meta.json is corrupt (tokenizer gpt2 with vocab_size"),
     "a symlink loop as out_dir": (lambda r: (r / "loop").symlink_to(r / "loop"), ["--out_dir=loop/run"],
                                   "leads nowhere"),
     "a symlink loop as data_dir": (lambda r: (r / "loop").symlink_to(r / "loop"), ["--data_dir=loop"],
