@@ -148,8 +148,9 @@ def configure(argv):
 
 def load_dataset(cfg, master=None, ckpt=None):
     """The dataset's meta.json and each split's shards (paths, token counts) with its vocab_size, each shard's
-    header and size checked, and the data against block_size and the checkpoint's (check_data). pystdlib, the default, is made when missing by the master (offline, seconds);
-    master None, in the checks: not made, (None, None)."""
+    header and size checked, and the data against block_size and the checkpoint's (check_data). pystdlib,
+    the default, is made when missing by the master (offline, seconds); master None, in the checks: not
+    made, (None, None)."""
     folder = Path(cfg.data_dir) / cfg.dataset
     if cfg.dataset == "pystdlib" and master is not None:  # every process waits for the master
         if master and not (folder / "meta.json").exists():
@@ -164,9 +165,9 @@ def load_dataset(cfg, master=None, ckpt=None):
         shards = meta["shards"][split]
         data[split] = [folder / s["file"] for s in shards], np.array([s["tokens"] for s in shards])
         for path, shard in zip(data[split][0], shards):  # each header and size now, not after training
-            if len(read_shard(path)) != shard["tokens"]:
-                sys.exit(f"error: {path} holds {len(read_shard(path)):,} tokens, but {folder}/meta.json "
-                         f"records {shard['tokens']:,}: prepare {cfg.dataset} again (with --force)")
+            if (count := len(read_shard(path))) != shard["tokens"]:
+                sys.exit(f"error: {path} holds {count:,} tokens, but {folder}/meta.json records "
+                         f"{shard['tokens']:,}: prepare {cfg.dataset} again (with --force)")
         if data[split][1].max() <= cfg.block_size:
             sys.exit(f"error: the {split} shards of {folder} are shorter than block_size={cfg.block_size}: "
                      "lower it")
