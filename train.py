@@ -1,18 +1,23 @@
 """
-Train a GPT with any of model.py's norm modes, on one device (CPU included) or many through torchrun.
+Train a GPT with any of model.py's norm modes, on one device (CPU included) or many through
+torchrun.
 
-    python train.py                                   # a small char-level model on pystdlib, CPU, minutes
+    # a small char-level model on pystdlib, CPU, minutes
+    python train.py
     python train.py configs/shakespeare_char.py --norm_mode=geonorm
     torchrun --standalone --nproc_per_node=8 train.py configs/geonorm_125m.py
-    torchrun --nnodes=2 --node_rank=0 --master_addr=10.0.0.1 --master_port=29500 --nproc_per_node=8 \\
-        train.py configs/geonorm_125m.py              # and --node_rank=1 on the second node
+    torchrun --nnodes=2 --node_rank=0 --master_addr=10.0.0.1 --master_port=29500 \\
+        --nproc_per_node=8 train.py configs/geonorm_125m.py  # and --node_rank=1 on the second node
     python train.py --out_dir=out --init_from=resume  # go on exactly where out/ckpt.pt stopped
-    python train.py --init_from=gpt2 --dataset=my_bpe_text --learning_rate=3e-5  # fine-tune OpenAI's GPT-2
-    torchrun --standalone --nproc_per_node=8 train.py configs/llama_simplenorm_7b.py   # fsdp: sharded over 8 GPUs
+    # fine-tune OpenAI's GPT-2
+    python train.py --init_from=gpt2 --dataset=my_bpe_text --learning_rate=3e-5
+    # fsdp: sharded over 8 GPUs
+    torchrun --standalone --nproc_per_node=8 train.py configs/llama_simplenorm_7b.py
 
-Settings: the defaults below, then (resuming) the checkpoint's, then config files (Python assignments)
-and --key=value arguments in the order given. Every random draw of a step, data and dropout alike, is
-a function of (seed, step, micro-batch), so a resumed run repeats an uninterrupted one bit for bit.
+Settings: the defaults below, then (resuming) the checkpoint's, then config files (Python
+assignments) and --key=value arguments in the order given. Every random draw of a step, data and
+dropout alike, is a function of (seed, step, micro-batch), so a resumed run repeats an
+uninterrupted one bit for bit.
 
 SIGTERM and SIGINT, however many arrive (torchrun forwards each one it gets, so a worker often gets
 two), stop the run after the step in flight: no evaluation, a checkpoint at once, exit 0. The third
@@ -37,8 +42,8 @@ import configurator
 import devices
 import measure
 import prepare_data
-from data import (GPT2_META, check_out_dir, first_line, get_batch, load_meta, nearest_entry, read_shard,
-                  run_cli)
+from data import (GPT2_META, check_out_dir, first_line, get_batch, load_meta, nearest_entry,
+                  read_shard, run_cli)
 from model import GPT, GPT2_NAMES, from_gpt2
 
 # settings: the assignments between the two rulers, read by configurator.py (python train.py --help)
@@ -116,41 +121,47 @@ compile: bool | None = None  # torch.compile the model; None: on CUDA only
 peak_flops = 0.0  # one device's dense bf16 FLOP/s, for MFU; 0: looked up from the GPU's name
 dry_run = False  # check the settings, data and checkpoint, print the plan and exit, writing nothing
 # --------------------------------------------------------------------------------------------------
-# the ranges of train.py's own settings, the least value or an interval (GPTConfig.validate checks the model's);
-# a seed is at most 2**64 - 1
-RANGES = dict(batch_size=1, gradient_accumulation_steps=1, eval_interval=1, eval_iters=1, log_interval=1,
-              max_iters=0, warmup_iters=0, lr_decay_iters=0, total_batch_size=0, learning_rate=0, min_lr=0,
-              weight_decay=0, grad_clip=0, peak_flops=0, seed="[0, 1e19)", beta1="[0, 1)", beta2="[0, 1)",
-              wsd_decay_frac="[0, 1]", init_from=("scratch", "resume", *GPT2_NAMES), lr_schedule=("cosine", "wsd"),
+# the ranges of train.py's own settings, the least value or an interval (GPTConfig.validate
+# checks the model's); a seed is at most 2**64 - 1
+RANGES = dict(batch_size=1, gradient_accumulation_steps=1, eval_interval=1, eval_iters=1,
+              log_interval=1, max_iters=0, warmup_iters=0, lr_decay_iters=0, total_batch_size=0,
+              learning_rate=0, min_lr=0, weight_decay=0, grad_clip=0, peak_flops=0,
+              seed="[0, 1e19)", beta1="[0, 1)", beta2="[0, 1)", wsd_decay_frac="[0, 1]",
+              init_from=("scratch", "resume", *GPT2_NAMES), lr_schedule=("cosine", "wsd"),
               backend=("auto", "nccl", "gloo"), dtype=devices.DTYPES, parallel=("ddp", "fsdp"))
 
 
-# ------------------------------------------------------------------------------- settings and checks
+# ------------------------------------------------------------------------------ settings and checks
 
 def configure(argv):
-    """The settings as a namespace, and the checkpoint to resume from (None from scratch), checked against
-    each other. Under torchrun process 0 alone reads every byte of the checkpoint to check it."""
+    """The settings as a namespace, and the checkpoint to resume from (None from scratch),
+    checked against each other. Under torchrun process 0 alone reads every byte of the
+    checkpoint to check it."""
     cfg, given = configurator.parse_settings(argv, __file__, RANGES)
     check_out_dir(cfg["out_dir"], "out_dir")
     checkpoint.check_run_files(cfg["out_dir"])
-    nearest_entry(Path(cfg["data_dir"]) / cfg["dataset"], "data_dir")  # a link loop, not a missing meta.json
+    # a link loop, not a missing meta.json
+    nearest_entry(Path(cfg["data_dir"]) / cfg["dataset"], "data_dir")
     ckpt = None
     if cfg["init_from"] == "resume":
         ckpt = checkpoint.load_checkpoint(cfg["out_dir"], check=os.environ.get("RANK", "0") == "0")
-        cfg |= {k: v for k, v in ckpt["config"].items() if k in cfg and k not in given}  # the given stay
+        # the given stay
+        cfg |= {k: v for k, v in ckpt["config"].items() if k in cfg and k not in given}
         checkpoint.check_resume(ckpt, given, types.SimpleNamespace(**cfg))
     if cfg["parallel"] == "fsdp" and cfg["log_layer_stats"]:
-        sys.exit("error: log_layer_stats needs the whole model in one process: use parallel='ddp' for it")
-    if cfg["parallel"] == "fsdp" and cfg["norm_mode"] == "ngpt":  # W_o's, W₂'s columns span the shards
+        sys.exit("error: log_layer_stats needs the whole model in one process: "
+                 "use parallel='ddp' for it")
+    # W_o's, W₂'s columns span the shards
+    if cfg["parallel"] == "fsdp" and cfg["norm_mode"] == "ngpt":
         sys.exit("error: ngpt with parallel='fsdp' is not supported yet: use parallel='ddp'")
     return types.SimpleNamespace(**cfg), ckpt
 
 
 def load_dataset(cfg, master=None, ckpt=None):
-    """The dataset's meta.json and each split's shards (paths, token counts) with its vocab_size, each shard's
-    header and size checked, and the data against block_size and the checkpoint's (check_data). pystdlib,
-    the default, is made when missing by the master (offline, seconds); master None, in the checks: not
-    made, (None, None)."""
+    """The dataset's meta.json and each split's shards (paths, token counts) with its vocab_size,
+    each shard's header and size checked, and the data against block_size and the checkpoint's
+    (check_data). pystdlib, the default, is made when missing by the master (offline, seconds);
+    master None, in the checks: not made, (None, None)."""
     folder = Path(cfg.data_dir) / cfg.dataset
     if cfg.dataset == "pystdlib" and master is not None:  # every process waits for the master
         if master and not (folder / "meta.json").exists():
@@ -164,25 +175,28 @@ def load_dataset(cfg, master=None, ckpt=None):
     for split in ("train", "val"):
         shards = meta["shards"][split]
         data[split] = [folder / s["file"] for s in shards], np.array([s["tokens"] for s in shards])
-        for path, shard in zip(data[split][0], shards):  # each header and size now, not after training
+        # each header and size now, not after training
+        for path, shard in zip(data[split][0], shards):
             if (count := len(read_shard(path))) != shard["tokens"]:
                 sys.exit(f"error: {path} holds {count:,} tokens, but {folder}/meta.json records "
                          f"{shard['tokens']:,}: prepare {cfg.dataset} again (with --force)")
         if data[split][1].max() <= cfg.block_size:
-            sys.exit(f"error: the {split} shards of {folder} are shorter than block_size={cfg.block_size}: "
-                     "lower it")
+            sys.exit(f"error: the {split} shards of {folder} are shorter than "
+                     f"block_size={cfg.block_size}: lower it")
     if ckpt:
         checkpoint.check_data(ckpt, cfg, meta)
     return meta, data
 
 
 def model_config(cfg, meta, ckpt):
-    """The GPTConfig to build, checked, on the checkpoint's vocabulary or else the dataset's (GPT-2's while
-    pystdlib is to be made); None for OpenAI's GPT-2, whose weights bring their own (on GPT-2 BPE data)."""
+    """The GPTConfig to build, checked, on the checkpoint's vocabulary or else the dataset's
+    (GPT-2's while pystdlib is to be made); None for OpenAI's GPT-2, whose weights bring their
+    own (on GPT-2 BPE data)."""
     if cfg.init_from not in ("scratch", "resume"):
         if meta and meta["tokenizer"] != "gpt2":
-            sys.exit(f"error: init_from={cfg.init_from} needs a dataset in GPT-2 BPE, and {cfg.dataset} is by "
-                     f"{meta['tokenizer']}: prepare one with prepare_data.py --tokenizer gpt2")
+            sys.exit(f"error: init_from={cfg.init_from} needs a dataset in GPT-2 BPE, "
+                     f"and {cfg.dataset} is by {meta['tokenizer']}: "
+                     "prepare one with prepare_data.py --tokenizer gpt2")
         return None
     config = configurator.model_config(cfg, meta or GPT2_META)
     if ckpt:
@@ -190,24 +204,29 @@ def model_config(cfg, meta, ckpt):
     return config
 
 
-# ------------------------------------------------------------------------------------ setup and model
+# ---------------------------------------------------------------------------------- setup and model
 
 def build_model(cfg, config, ckpt, proc):
-    """(raw_model, train_model, eval_model, optimizer): the model of config, fresh or from the checkpoint,
-    or OpenAI's GPT-2 (config None), whose model settings then replace cfg's (for config.json and resuming);
-    wrapped to train and to evaluate (devices.parallelize); AdamW, its state restored when resuming."""
+    """(raw_model, train_model, eval_model, optimizer): the model of config, fresh or from the
+    checkpoint, or OpenAI's GPT-2 (config None), whose model settings then replace cfg's (for
+    config.json and resuming); wrapped to train and to evaluate (devices.parallelize); AdamW, its
+    state restored when resuming."""
     torch.manual_seed(cfg.seed)
-    home = "cpu" if cfg.parallel == "fsdp" else proc.device  # fsdp moves just this process's shard there
+    # fsdp moves just this process's shard there
+    home = "cpu" if cfg.parallel == "fsdp" else proc.device
     if config:
         raw_model = GPT(config).to(home)
     else:
         try:
             raw_model = from_gpt2(cfg.init_from, cfg.block_size, cfg.dropout).to(home)
-        except ValueError as e:  # model.py's one line: transformers missing, no such GPT-2, block_size too long
+        except ValueError as e:
+            # model.py's one line: transformers missing, no such GPT-2, block_size too long
             sys.exit(f"error: {e}")
-        vars(cfg).update({k: v for k, v in dataclasses.asdict(raw_model.config).items() if k in vars(cfg)})
+        vars(cfg).update({k: v for k, v in dataclasses.asdict(raw_model.config).items()
+                          if k in vars(cfg)})
     train_model, eval_model = devices.parallelize(raw_model, cfg, proc)
-    optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
+    optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
+                                               (cfg.beta1, cfg.beta2),
                                                proc.device.split(":")[0])
     if ckpt:
         checkpoint.restore(raw_model, optimizer, ckpt, cfg.out_dir)
@@ -217,7 +236,8 @@ def build_model(cfg, config, ckpt, proc):
 # ----------------------------------------------------------------------------------------- training
 
 def get_lr(step, cfg):
-    """Linear warmup, then cosine (or wsd: constant, then linear) decay to min_lr at lr_decay_iters."""
+    """Linear warmup, then cosine (or wsd: constant, then linear) decay
+    to min_lr at lr_decay_iters."""
     end = cfg.max_iters if cfg.lr_decay_iters is None else cfg.lr_decay_iters
     if step < cfg.warmup_iters:
         return cfg.learning_rate * (step + 1) / (cfg.warmup_iters + 1)
@@ -227,30 +247,37 @@ def get_lr(step, cfg):
         start = max(cfg.warmup_iters, end * (1 - cfg.wsd_decay_frac))
         done = 0.0 if step < start else (step - start) / (end - start)
         return cfg.learning_rate + done * (cfg.min_lr - cfg.learning_rate)
-    coeff = 0.5 * (1.0 + math.cos(math.pi * (step - cfg.warmup_iters) / (end - cfg.warmup_iters)))  # 1 -> 0
+    # coeff: 1 -> 0
+    coeff = 0.5 * (1.0 + math.cos(math.pi * (step - cfg.warmup_iters) / (end - cfg.warmup_iters)))
     return cfg.min_lr + coeff * (cfg.learning_rate - cfg.min_lr)
 
 
 def micro_batch(data, cfg, device, step, g):
-    """Global micro-batch g of step and its dropout masks' seed, (x, y, seed): a function of (seed, step, g)."""
+    """Global micro-batch g of step and its dropout masks' seed, (x, y, seed): a function of
+    (seed, step, g)."""
     rng = np.random.default_rng((cfg.seed, 0, step, g))
     x, y = get_batch(data["train"], rng, cfg, device, data["vocab_size"])
     return x, y, int(rng.integers(2**63))
 
 
 def train_step(model, data, cfg, proc, step, batch):
-    """Forward and backward over this process's micro-batches, the first given as batch; returns their mean
-    loss (a tensor) and the next step's first micro-batch. Processes x accum split the same batches alike."""
-    total, first = torch.zeros((), device=proc.device), proc.rank * proc.accum  # global index of its first
-    for micro in range(proc.accum):  # fsdp reduce-scatters every micro-batch's gradients: only shards are kept
+    """Forward and backward over this process's micro-batches, the first given as batch; returns
+    their mean loss (a tensor) and the next step's first micro-batch. Processes x accum split
+    the same batches alike."""
+    total = torch.zeros((), device=proc.device)
+    first = proc.rank * proc.accum  # global index of its first
+    # fsdp reduce-scatters every micro-batch's gradients: only shards are kept
+    for micro in range(proc.accum):
         x, y, dropout_seed = batch
-        if cfg.dropout:  # the dropout masks, torch's only random draws: a function of (seed, step, g) too
+        # the dropout masks, torch's only random draws: a function of (seed, step, g) too
+        if cfg.dropout:
             torch.manual_seed(dropout_seed)
         if isinstance(model, DDP):  # all-reduce the gradients after the last micro-batch only
             model.require_backward_grad_sync = micro == proc.accum - 1
         with proc.ctx:
             _, loss = model(x, y)
-        # read the next micro-batch (this step's, or the next step's first) while the device computes this one
+        # read the next micro-batch (this step's, or the next step's first)
+        # while the device computes this one
         following = (step + 1, first) if micro + 1 == proc.accum else (step, first + micro + 1)
         batch = micro_batch(data, cfg, proc.device, *following)
         (loss / proc.accum).backward()
@@ -260,9 +287,12 @@ def train_step(model, data, cfg, proc, step, batch):
 
 @torch.no_grad()
 def evaluate(model, data, cfg, proc):
-    """Mean (train, val) loss over eval_iters fixed batches per split, shared out among the processes, each
-    running as many forward passes (an fsdp forward is a collective): those past eval_iters are not counted."""
-    losses, rank, world = torch.zeros(2, device=proc.device), proc.rank, proc.world
+    """Mean (train, val) loss over eval_iters fixed batches per split, shared out among the
+    processes, each running as many forward passes (an fsdp forward is a collective): those
+    past eval_iters are not counted."""
+    losses = torch.zeros(2, device=proc.device)
+    rank = proc.rank
+    world = proc.world
     for i, split in enumerate(("train", "val")):
         for k in range(rank, world * math.ceil(cfg.eval_iters / world), world):
             rng = np.random.default_rng((cfg.seed, 1, i, k % cfg.eval_iters))
@@ -277,14 +307,16 @@ def evaluate(model, data, cfg, proc):
 # --------------------------------------------------------------------------------------------- main
 
 def main(argv):
-    with devices.one_voice():  # every check before anything is written (under torchrun process 0 tells)
+    # every check before anything is written (under torchrun process 0 tells)
+    with devices.one_voice():
         cfg, ckpt = configure(argv)
         device = devices.check_launch(cfg.device, cfg.backend, cfg.parallel)
         accum = devices.accumulation_steps(cfg, devices.planned_world())
         meta, data = load_dataset(cfg, ckpt=ckpt)
         config = model_config(cfg, meta, ckpt)
     if cfg.dry_run:  # its model on the meta device: nothing allocated
-        return print(measure.plan(cfg, config if meta else None, devices.planned_world(), accum, device))
+        return print(measure.plan(cfg, config if meta else None, devices.planned_world(),
+                                  accum, device))
     proc = devices.start(cfg, device, accum)
     try:
         if meta is None:  # pystdlib, made now that every check has passed
@@ -297,18 +329,25 @@ def main(argv):
 
 
 def run_training(cfg, proc, ckpt, meta, data, config):
-    """Build the model (fresh, resumed or OpenAI's), then the training loop: evaluate, checkpoint, step, log,
-    until max_iters, a stop signal or a non-finite loss; then the last checkpoint and the log's end."""
+    """Build the model (fresh, resumed or OpenAI's), then the training loop: evaluate, checkpoint,
+    step, log, until max_iters, a stop signal or a non-finite loss; then the last checkpoint and
+    the log's end."""
     raw_model, train_model, eval_model, optimizer = build_model(cfg, config, ckpt, proc)
-    run, ckpt = checkpoint.Progress.of(ckpt), None  # the model and optimizer hold what they need from the checkpoint
-    log = measure.Log(cfg, run.saved, proc.master)  # config.json and log.jsonl: a resume's at its first save
+    run = checkpoint.Progress.of(ckpt)
+    # the model and optimizer hold what they need from the checkpoint
+    ckpt = None
+    # config.json and log.jsonl: a resume's at its first save
+    log = measure.Log(cfg, run.saved, proc.master)
     proc.say(measure.banner(raw_model, cfg, proc.world, proc.accum, proc.dtype, proc.device))
-    speed = measure.Throughput(raw_model, cfg, proc.world, proc.accum, proc.device, first_step=run.step)
+    speed = measure.Throughput(raw_model, cfg, proc.world, proc.accum, proc.device,
+                               first_step=run.step)
     signals, status, val_loss = devices.Signals(), "finished", None
-    batch = micro_batch(data, cfg, proc.device, run.step, proc.rank * proc.accum)  # then each step the next's
+    # then each step the next's
+    batch = micro_batch(data, cfg, proc.device, run.step, proc.rank * proc.accum)
     try:
         while True:
-            if (run.step % cfg.eval_interval == 0 or run.step == cfg.max_iters) and run.step != run.evaluated:
+            if ((run.step % cfg.eval_interval == 0 or run.step == cfg.max_iters)
+                    and run.step != run.evaluated):
                 eval_model.eval()
                 train_loss, val_loss = evaluate(eval_model, data, cfg, proc)
                 run.evaluated = run.step
@@ -317,13 +356,17 @@ def run_training(cfg, proc, ckpt, meta, data, config):
                 if cfg.log_layer_stats and proc.master:  # on the first val batch of the evaluation
                     rng = np.random.default_rng((cfg.seed, 1, 1, 0))
                     x, y = get_batch(data["val"], rng, cfg, proc.device, data["vocab_size"])
-                    log.record("layer_stats", iter=run.step, **measure.layer_stats(raw_model, x, y, proc.ctx))
+                    log.record("layer_stats", iter=run.step,
+                               **measure.layer_stats(raw_model, x, y, proc.ctx))
                 eval_model.train()
                 proc.say(f"step {run.step}: train loss {train_loss:.4f}, val loss {val_loss:.4f}")
                 improved, run.best_val = val_loss < run.best_val, min(run.best_val, val_loss)
-                # saved == step: resumed from a stop's checkpoint, saved before its evaluation; record it now
-                if run.step > 0 and (improved or cfg.always_save_checkpoint or run.saved == run.step):
-                    log.open()  # before the checkpoint it records: a resume trims a log that is ahead
+                # saved == step: resumed from a stop's checkpoint, saved before its
+                # evaluation; record it now
+                if run.step > 0 and (improved or cfg.always_save_checkpoint
+                                     or run.saved == run.step):
+                    # before the checkpoint it records: a resume trims a log that is ahead
+                    log.open()
                     checkpoint.save_run(cfg, proc, raw_model, optimizer, meta, run)
             if run.step >= cfg.max_iters:
                 break
@@ -332,26 +375,32 @@ def run_training(cfg, proc, ckpt, meta, data, config):
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss, batch = train_step(train_model, data, cfg, proc, run.step, batch)
-            grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip or math.inf)
+            grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(),
+                                                       cfg.grad_clip or math.inf)
             if isinstance(grad_norm, DTensor):  # fsdp: the norm over all shards
                 grad_norm = grad_norm.full_tensor()
-            stops = torch.full((), float(len(signals.received)), device=proc.device)  # full: no copy to wait on
+            # full: no copy to wait on
+            stops = torch.full((), float(len(signals.received)), device=proc.device)
             shared = torch.stack([loss, stops])
             if proc.world > 1:  # all processes agree on the loss, and on whether to stop
                 dist.all_reduce(shared)
-            loss, stop, grad_norm = torch.cat([shared, grad_norm.view(1)]).tolist()  # one GPU wait a step
+            # one GPU wait a step
+            loss, stop, grad_norm = torch.cat([shared, grad_norm.view(1)]).tolist()
             loss /= proc.world
-            if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # stop before an update spoils weights
+            # stop before an update spoils weights
+            if not (math.isfinite(loss) and math.isfinite(grad_norm)):
                 status = "diverged"
                 break
             optimizer.step()
-            raw_model.normalize_weights()  # ngpt: every matrix back onto unit vectors; other modes: nothing
+            # ngpt: every matrix back onto unit vectors; other modes: nothing
+            raw_model.normalize_weights()
             optimizer.zero_grad(set_to_none=True)
             run.step += 1
             speed.add(run.step, time.time() - t0)
             if run.step % cfg.log_interval == 0:
                 timing = speed.window()
-                log.record("train", iter=run.step, train_loss=loss, lr=lr, grad_norm=grad_norm, **timing)
+                log.record("train", iter=run.step, train_loss=loss, lr=lr, grad_norm=grad_norm,
+                           **timing)
                 proc.say(f"iter {run.step}: loss {loss:.4f}{speed.describe(timing, run.step)}")
             if stop:  # no evaluation: the checkpoint at once
                 status = "interrupted"
@@ -366,26 +415,29 @@ def run_training(cfg, proc, ckpt, meta, data, config):
         if proc.world > 1:
             devices.leave_together()
         if status == "diverged":
-            good = run.saved is not None and f"{checkpoint.find_checkpoint(cfg.out_dir)} (step {run.saved})"
-            proc.say(f"error: loss {loss}, gradient norm {grad_norm} at step {run.step + 1}; the last good "
-                     f"checkpoint: {good or 'none was saved'}; resume from it with a lower learning_rate",
+            good = (run.saved is not None
+                    and f"{checkpoint.find_checkpoint(cfg.out_dir)} (step {run.saved})")
+            proc.say(f"error: loss {loss}, gradient norm {grad_norm} at step {run.step + 1}; "
+                     f"the last good checkpoint: {good or 'none was saved'}; "
+                     "resume from it with a lower learning_rate",
                      file=sys.stderr)
             sys.exit(3)
         go_on = " (or go on: --init_from=resume)" if status == "interrupted" else ""
-        proc.say(f"{status} at step {run.step}, checkpoint in {cfg.out_dir}; sample from it: python sample.py "
-                 f"--out_dir={cfg.out_dir}{go_on}")
+        proc.say(f"{status} at step {run.step}, checkpoint in {cfg.out_dir}; "
+                 f"sample from it: python sample.py --out_dir={cfg.out_dir}{go_on}")
     except torch.OutOfMemoryError as e:  # one line that names the levers
-        sys.exit(f"error: out of memory on {proc.device} ({first_line(e)}): lower batch_size (more "
-                 "gradient_accumulation_steps keep the tokens per step), activation_checkpointing=True, "
-                 "parallel='fsdp'")
+        sys.exit(f"error: out of memory on {proc.device} ({first_line(e)}): lower batch_size "
+                 "(more gradient_accumulation_steps keep the tokens per step), "
+                 "activation_checkpointing=True, parallel='fsdp'")
     except Exception as e:
         if not (signals.received and devices.compiles(cfg, proc.device)):
             raise
-        # a Ctrl-C or a scheduler's SIGTERM reaches the whole process group: the compiler died of it too
+        # a Ctrl-C or a scheduler's SIGTERM reaches the whole process group:
+        # the compiler died of it too
         devices.repair_compile_cache()
-        sys.exit(f"error: stopped while torch.compile was compiling ({first_line(e)}); nothing was trained "
-                 f"since the last checkpoint: run the same command again (--init_from=resume if "
-                 f"{cfg.out_dir} holds one)")
+        sys.exit(f"error: stopped while torch.compile was compiling ({first_line(e)}); "
+                 "nothing was trained since the last checkpoint: "
+                 f"run the same command again (--init_from=resume if {cfg.out_dir} holds one)")
     finally:
         signals.restore()
         log.close()
