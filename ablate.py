@@ -9,7 +9,7 @@ Ablate the norm modes: train.py once per (mode, learning rate, seed, sweep point
 
 A config file is a train.py config plus optional `ablate_<name> = ...` lines for ablate.py's own settings,
 which the command line sets as --<name>=..., and --sweep=key=v1,v2 once per key (--help lists both kinds).
-A value repeated in modes, seeds, lrs or a sweep (--seeds=1,1) is run once. configurator.PRESETS (peri, dyt)
+A value repeated in modes, seeds, lrs or a sweep (--seeds=1,1) is run once. configurator.PRESETS (derf, peri, ...)
 are entries beside the modes; modes=all runs every one. A sweep of a size (n_layer, n_embd) gets its own figures.
 
 Every other setting, from a config file or --key=value, is passed to each run of train.py as --key=value;
@@ -56,7 +56,7 @@ ablate_seeds_at = {}  # {sweep key: values}: the seeds after the first only at t
 ablate_lrs: list | tuple | float | None = None
 # a grid over train.py settings, {key: [values]}; each --sweep=key=v1,v2 sets one key. A mode's own keys
 # (plots.MODE_OF_PREFIX: geo_*, sandwich_*, lns_*, ...) vary only it and its presets (pre runs once beside a
-# geo_alpha sweep), dyt_* keys the entries under norm_type='dyt'; others every entry
+# geo_alpha sweep); a switch's (dyt_*, derf_*, layerscale_*) the entries it is on in; others every entry
 ablate_sweep = {}
 # {mode or preset: {train.py setting: value}}, an entry's own, over the config's (not the sweep's)
 ablate_entry_settings = {}  # {"post": {"tie_embeddings": False}}

@@ -124,9 +124,19 @@ def parse_settings(argv, script, ranges=None, passes_on=None, prefix=""):
 
 
 # The lab's presets, which ablate.py and bench.py run as entries beside the modes under their own names: a
-# placement and the switches that make the scheme (§13.3, §13.5). ENTRIES: the modes, then the presets.
-PRESETS = {"peri": dict(norm_mode="sandwich", embed_norm=True),  # Peri-LN: sandwich + a norm on x_0
-           "dyt": dict(norm_mode="pre", norm_type="dyt")}  # DyT: pre with Dynamic Tanh for every norm
+# placement and the switches that make the scheme (§13.3, §13.5, §14). ENTRIES: the modes, then the presets.
+# peri and dyt stay last: a preset's plot colour counts from the end (plots.mode_color).
+PRESETS = {
+    "derf": dict(norm_mode="pre", norm_type="derf"),  # Dynamic erf for every norm, as its GPT-2 patch
+    "layerscale": dict(norm_mode="pre", res_scale="layerscale"),  # CaiT's x + λ⊙f(N(x)), λ from 1e-4
+    "lambdas": dict(norm_mode="pre", res_scale="lambda"),  # modded-nanogpt's λ_res·x + λ_post·f(N(x))
+    # nanochat's x ← λ·x + μ·x_0 before each block, of a normalized x_0 as both speedruns mix in
+    "x0mix": dict(norm_mode="pre", x0_mix=True, embed_norm=True),
+    "gpas": dict(norm_mode="pre", gpas=True),  # GPAS after each add of pre, its authors' Pre+GPAS
+    "qkhead": dict(norm_mode="pre", qk_norm="per_head"),  # QK-norm on each head (Qwen3)
+    "peri": dict(norm_mode="sandwich", embed_norm=True),  # Peri-LN: sandwich + a norm on x_0
+    "dyt": dict(norm_mode="pre", norm_type="dyt"),  # DyT: pre with Dynamic Tanh for every norm
+}
 ENTRIES = (*NORM_MODES, *PRESETS)
 
 

@@ -27,16 +27,24 @@ HOUSE_STYLE = {"savefig.dpi": 100, "figure.constrained_layout.use": True, "axes.
                "figure.titlesize": "medium", "legend.fontsize": "small", "legend.frameon": False}
 LINESTYLES = ("-", "--", "-.", ":")
 SHADES = (0.0, 0.45, -0.4, 0.7, -0.65)  # toward white (+) or black (−), for a mode's 5th, 9th, ... variant
-# A colour per mode, by its place in NORM_MODES, the same in every figure: tab10's ten (the first six modes'
-# colours since the first figures), then five of tab20b's darkest, told apart from the shades of the first ten.
-# The presets take the last ones, in PRESETS' order (peri dark purple, dyt dark olive: the two of the five
-# furthest from the modes' colours, in CIELAB), so that a mode added later takes a free one and moves none.
+# A colour per mode, by its place in NORM_MODES, the same in every figure: tab10's ten (the first six
+# modes' colours since the first figures), then tab20b's darkest, told apart from the shades of the first
+# ten, then tab20b's second and third rows and tab20c's darkest. The presets take the last ones, in
+# PRESETS' order (peri dark purple, dyt dark olive: the two of tab20b's darkest furthest from the modes'
+# colours, in CIELAB), so that a mode added later takes a free one and moves none.
 MODE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-               "#bcbd22", "#17becf", "#393b79", "#8c6d31", "#843c39", "#7b4173", "#637939")
+               "#bcbd22", "#17becf", "#393b79", "#8c6d31", "#843c39",
+               "#5254a3", "#8ca252", "#bd9e39", "#ad494a", "#a55194",
+               "#6b6ecf", "#b5cf6b", "#e7ba52", "#d6616b", "#ce6dbd",
+               "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#7b4173", "#637939")
 # The settings that belong to one mode, by their prefix: sweeping one varies only that mode (ablate.py), and
 # a legend names it without the prefix (geonorm alpha=3.0)
 MODE_OF_PREFIX = {"geo_": "geonorm", "sandwich_": "sandwich", "simplenorm_": "simplenorm", "lns_": "lns",
-                  "mixln_": "mixln", "hybrid_": "hybrid", "dyt_": "dyt"}
+                  "mixln_": "mixln", "hybrid_": "hybrid", "dyt_": "dyt", "normformer_": "normformer",
+                  "subln_": "subln", "derf_": "derf", "layerscale_": "layerscale"}
+# The settings of a switch, by their prefix: sweeping one varies the entries the switch is on in
+SWITCH_OF_PREFIX = {"dyt_": ("norm_type", "dyt"), "derf_": ("norm_type", "derf"),
+                    "layerscale_": ("res_scale", "layerscale")}
 SIZES = ("n_layer", "n_embd")  # the settings a size sweep varies: its figures plot final loss against them
 PREFIX_OF_MODE = {mode: prefix for prefix, mode in MODE_OF_PREFIX.items()}
 
@@ -48,9 +56,11 @@ def entry_of(mode, given, entry):
 
 def varies(key, settings):
     """Whether sweeping key varies the entry whose settings are settings (entry_of): dyt_* keys an entry under
-    norm_type='dyt'; geo_* keys geonorm only, sandwich_* sandwich and peri, and so on; other keys every entry."""
-    if key.startswith("dyt_"):
-        return settings.get("norm_type") == "dyt"
+    norm_type='dyt' (SWITCH_OF_PREFIX); geo_* keys geonorm only, sandwich_* sandwich and peri, and so on;
+    other keys every entry."""
+    for prefix, (name, value) in SWITCH_OF_PREFIX.items():
+        if key.startswith(prefix):
+            return settings.get(name) == value
     mode = settings["norm_mode"]
     return next((m for prefix, m in MODE_OF_PREFIX.items() if key.startswith(prefix)), mode) == mode
 

@@ -79,9 +79,9 @@ n_kv_head: int | None = None  # key/value heads, fewer for grouped-query attenti
 rope_theta = 10000.0  # llama: the rotary base
 multiple_of = 256  # llama: the SwiGLU width is rounded up to a multiple of this
 ffn_dim_multiplier: float | None = None  # llama: scales the SwiGLU width before rounding; None: 1
-norm_mode = "pre"  # post, pre, deep, sandwich, geonorm, simplenorm, lns, mixln, reorder, hybrid or ngpt
+norm_mode = "pre"  # the placement: one of NORM_MODES, listed in model.py's docstring with equations
 norm_eps: float | None = None  # epsilon of the norms; None: the mode's default
-qk_norm = False  # RMSNorm on queries and keys
+qk_norm: bool | str = False  # RMSNorm on q and k: True or all_heads (OLMo 2), or per_head (Qwen3)
 geo_alpha = 1.0  # geonorm: base step size a
 geo_decay = "harmonic"  # geonorm: step size over depth: harmonic, sqrt, linear or none
 geo_input_norm = True  # geonorm: LayerNorm before each sub-layer
@@ -93,10 +93,21 @@ lns_scaled_init = False  # lns: keep the family's depth-scaled init of W_o, W2, 
 mixln_alpha = 0.25  # mixln: the first floor(mixln_alpha * n_layer) blocks post-norm, the rest pre-norm
 hybrid_star = False  # hybrid: block 1 pre-norm with QKV-norm (HybridNorm*)
 embed_norm = False  # the family's norm on the embedding (Peri-LN: norm_mode='sandwich' with embed_norm=True)
-norm_type = "norm"  # 'norm': the family's LayerNorm or RMSNorm; 'dyt': Dynamic Tanh in their place
+norm_type = "norm"  # 'norm': the family's LayerNorm or RMSNorm; 'dyt' or 'derf' in their place
 dyt_alpha_attn = 0.8  # dyt: alpha at init of the norm before attention
 dyt_alpha_ffn = 0.2  # dyt: alpha at init of the norm before the MLP, the output norms and the embedding's
 dyt_alpha_final = 0.2  # dyt: alpha at init of the final norm
+derf_alpha_attn = 1.0  # derf: alpha at init of the norm before attention
+derf_alpha_ffn = 1.0  # derf: alpha at init of the norm before the MLP, the output norms, the embedding's
+derf_alpha_final = 1.0  # derf: alpha at init of the final norm
+derf_shift_init = 0.0  # derf: the shift inside erf at init
+pointwise_bias: bool | None = None  # dyt, derf: a bias beta; None: derf always, dyt iff bias
+res_scale = "none"  # additive joins: none, layerscale (x + lam*y) or lambda (lam_res*x + lam_post*y)
+layerscale_init = 1e-4  # res_scale='layerscale': lambda at init
+x0_mix = False  # nanochat: x <- lam*x + mu*x0 before each block, learned (additive joins only)
+normformer_scale_resids = False  # normformer: a learned scale on the MLP's skip (--scale-resids)
+subln_init_gain = True  # subln: W_v, W_o and the MLP's matrices times sqrt(ln 2L) at init
+gpas = False  # GPAS after each residual add: x - SiLU(g)*stopgrad(x) (pre, sandwich, lns, deep, mixln)
 # optimizer: AdamW
 learning_rate = 1e-3  # peak learning rate
 max_iters = 2000  # optimizer steps in all

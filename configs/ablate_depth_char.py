@@ -19,5 +19,7 @@ lab has their seeds' spread at 4, three at 16 because that is where the papers' 
 from configs.ablate_lab_char import *  # 128 wide, block 64, 2,000 steps at lr 2e-3, 13 entries, seeds 1-3, 2 jobs
 
 out_dir = "out/ablate_depth_char"
+# the 13 entries the ladder ran (§14's rows came after it)
+ablate_modes = "post,pre,deep,sandwich,geonorm,simplenorm,lns,mixln,reorder,hybrid,ngpt,peri,dyt"
 ablate_sweep = {"n_layer": [2, 4, 8, 16]}
 ablate_seeds_at = {"n_layer": [16]}  # seeds 2 and 3 only at the deepest

@@ -67,6 +67,21 @@ def outcomes(output):
     return dict(re.findall(r"^(tests/\S+) (PASSED|FAILED|ERROR|SKIPPED)", output, re.M))
 
 
+def test_the_worked_diff_applies_as_printed_every_hunk_at_its_own_line():
+    """git apply finds a hunk a few lines away from where its header says; a reader does not. Each
+    hunk's context and removed lines are the file's lines from the header's line number on."""
+    diff = worked_diff()
+    hunks = 0
+    for path, body in re.findall(r"^--- a/(\S+)\n\+\+\+ b/\S+\n(.*?)(?=^diff |\Z)", diff, re.S | re.M):
+        lines = (ROOT / path).read_text().splitlines()
+        for start, hunk in re.findall(r"^@@ -(\d+),\d+ \+\d+,\d+ @@.*\n((?:[ +-].*\n)*)", body, re.M):
+            old = [line[1:] for line in hunk.splitlines() if line[:1] in (" ", "-")]
+            at = int(start) - 1
+            assert lines[at:at + len(old)] == old, f"{path}: the hunk at line {start} is elsewhere"
+            hunks += 1
+    assert hunks >= 4
+
+
 def test_the_worked_diff_adds_rezero_and_it_passes_every_test_that_runs_for_each_mode(tmp_path):
     copy = patched_copy(tmp_path, worked_diff())
     output = pytest_on(copy, MODE, "-v")

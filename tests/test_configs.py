@@ -50,6 +50,16 @@ LAB = {
                   "dyt_alpha_final": 0.2}, {}),
     "ngpt_125m": ({"norm_mode": "ngpt", "learning_rate": 1.5e-3, "min_lr": 0.0, "warmup_iters": 0,
                    "weight_decay": 0.0}, {"tied": False}),
+    "normformer_125m": ({"norm_mode": "normformer", "normformer_scale_resids": False}, {}),
+    "subln_125m": ({"norm_mode": "subln", "subln_init_gain": True}, {}),
+    "derf_125m": ({"norm_mode": "pre", "norm_type": "derf", "derf_alpha_attn": 1.0, "derf_alpha_ffn": 1.0,
+                   "derf_alpha_final": 1.0}, {}),
+    "layerscale_125m": ({"norm_mode": "pre", "res_scale": "layerscale", "layerscale_init": 1e-4,
+                         "tie_embeddings": False}, {"tied": False}),
+    "lambdas_125m": ({"norm_mode": "pre", "res_scale": "lambda"}, {}),
+    "x0mix_125m": ({"norm_mode": "pre", "x0_mix": True, "embed_norm": True}, {}),
+    "gpas_125m": ({"norm_mode": "pre", "gpas": True}, {}),
+    "qkhead_125m": ({"norm_mode": "pre", "qk_norm": "per_head"}, {"qk_axis": "per_head"}),
     "llama_reorder_1b": ({"norm_mode": "reorder", "qk_norm": True}, {"arch": "llama"}),
     "llama_ngpt_1b": ({"norm_mode": "ngpt", "learning_rate": 1.5e-3, "min_lr": 0.0, "warmup_iters": 0,
                        "weight_decay": 0.0}, {"arch": "llama", "tied": False}),
@@ -72,10 +82,16 @@ def test_the_lab_configs_cover_every_new_mode_and_switch():
     assert set(NORM_MODES[6:]) <= modes
     assert settings(ROOT / "configs" / "peri_125m.py")["embed_norm"]
     assert settings(ROOT / "configs" / "dyt_125m.py")["norm_type"] == "dyt"
+    presets = {name: settings(ROOT / "configs" / f"{name}_125m.py") for name in NEXT_PRESETS}
+    assert all(cfg | configurator.PRESETS[name] == cfg for name, cfg in presets.items())
 
 
 # the lab's entries whose tied head has a copy bias at init at the ablations' width (tests/test_llama.py, docs/modes.md)
 UNTIED = ("post", "deep", "geonorm", "mixln")
+NEXT_PRESETS = ("derf", "layerscale", "lambdas", "x0mix", "gpas", "qkhead")  # §14's rows that are presets
+NEXT_ROWS = ("normformer", "subln", *NEXT_PRESETS)  # untied in the lab, as the race runs every entry
+LADDER = ["post", "pre", "deep", "sandwich", "geonorm", "simplenorm", "lns", "mixln", "reorder", "hybrid",
+          "ngpt", "peri", "dyt"]  # the entries the depth ladder ran, before §14's rows
 NGPT = {"warmup_iters": 0, "weight_decay": 0.0, "min_lr": 0.0}  # its authors' schedule (docs/spec.md §13.6)
 
 
@@ -84,16 +100,17 @@ def test_the_lab_ablation_is_every_entry_over_three_seeds_at_the_cpu_setting():
                 for name in ("ablate_lab_char.py", "ablate_shakespeare_char.py"))
     assert lab["modes"] == list(ENTRIES) and lab["seeds"] == [1, 2, 3] and lab["lrs"] is None and lab["jobs"] == 2
     assert {k for k in lab["base"] if lab["base"][k] != six["base"][k]} == {"out_dir"}
-    assert lab["entry"] == {**{mode: {"tie_embeddings": False} for mode in UNTIED}, "ngpt": NGPT}
+    untied = UNTIED + NEXT_ROWS
+    assert lab["entry"] == {**{mode: {"tie_embeddings": False} for mode in untied}, "ngpt": NGPT}
     runs = ablate.plan_runs(lab, ROOT / "out")
-    assert len(runs) == 3 * 13 and {r["lr"] for r in runs if r["mode"] != "simplenorm"} == {2e-3}
+    assert len(runs) == 3 * len(ENTRIES) and {r["lr"] for r in runs if r["mode"] != "simplenorm"} == {2e-3}
 
 
 def test_the_depth_ladder_is_the_lab_at_four_depths_one_token_budget_and_three_seeds_at_the_deepest():
     ladder, lab = (ablate.configure([str(ROOT / "configs" / name)])
                    for name in ("ablate_depth_char.py", "ablate_lab_char.py"))
     assert ladder["sweep"] == {"n_layer": [2, 4, 8, 16]} and ladder["seeds_at"] == {"n_layer": [16]}
-    assert (ladder["modes"], ladder["entry"], ladder["seeds"]) == (lab["modes"], lab["entry"], [1, 2, 3])
+    assert (ladder["modes"], ladder["entry"], ladder["seeds"]) == (LADDER, lab["entry"], [1, 2, 3])
     b = ladder["base"]
     assert (b["dataset"], b["n_embd"], b["block_size"], b["arch"]) == ("shakespeare_char", 128, 64, "gpt2")
     runs = ablate.plan_runs(ladder, ROOT / "out")
@@ -122,9 +139,10 @@ def test_the_race_is_the_ladders_setting_with_one_head_and_one_grid_for_every_en
     assert race["lrs"] == [1e-3, 2e-3, 4e-3, 8e-3]
     assert {k for k in race["base"] if race["base"][k] != ladder["base"][k]} == {"out_dir", "tie_embeddings"}
     runs = ablate.plan_runs(race, ROOT / "out")
-    assert len(runs) == 13 * 4 * 2
+    assert len(runs) == len(ENTRIES) * 4 * 2
     assert not any(model(race["base"] | r["settings"]).tied for r in runs)
-    assert {r["mode"] for r in runs if r["settings"].get("qk_norm")} == {"reorder"}
+    qk = {r["mode"]: r["settings"]["qk_norm"] for r in runs if r["settings"].get("qk_norm")}
+    assert qk == {"reorder": True, "qkhead": "per_head"}  # OLMo 2's with reorder; the preset's own
     assert {r["settings"]["min_lr"] for r in runs if r["mode"] == "ngpt"} == {0.0}
     assert {r["mode"] for r in runs if (race["base"] | r["settings"])["warmup_iters"] == 0} == {"ngpt"}
 

@@ -184,8 +184,8 @@ def test_lns_L3_with_qk_norm_the_attention_branch_is_pres_over_root_k(arch):
     x, rope = torch.randn(2, 8, 64, dtype=torch.float64), rope_rows(lns, 8)
     with torch.no_grad():
         for k, (a, b) in enumerate(zip(lns.transformer.h, pre.transformer.h), 1):
-            attn_lns = a.join(x, lambda h: a.attn(h, 0, rope), a.ln_1, a.ln_1_out, None) - x
-            attn_pre = b.join(x, lambda h: b.attn(h, 0, rope), b.ln_1, b.ln_1_out, None) - x
+            attn_lns = a.join(x, lambda h: a.attn(h, 0, rope), a.ln_1, a.ln_1_out, None, 0) - x
+            attn_pre = b.join(x, lambda h: b.attn(h, 0, rope), b.ln_1, b.ln_1_out, None, 0) - x
             assert torch.allclose(attn_lns, attn_pre / math.sqrt(k), atol=1e-10), k
 
 
@@ -290,7 +290,7 @@ def test_reorder_R1_every_increment_is_standardized(arch):
     x, rope = model.embed(batch(model.config)[0]), rope_rows(model, 32)
     with torch.no_grad():
         for block in model.transformer.h:
-            h = block.join(x, lambda t: block.attn(t, 0, rope), block.ln_1, block.ln_1_out, None)
+            h = block.join(x, lambda t: block.attn(t, 0, rope), block.ln_1, block.ln_1_out, None, 0)
             y = block(x, 0, rope)
             assert standardized(h - x, arch, 1e-6) and standardized(y - h, arch, 1e-6)
             x = y
@@ -433,8 +433,8 @@ def hidden_states(model, idx):
     states = [model.embed(idx)]
     rope = rope_rows(model, idx.size(1))
     for block in model.transformer.h:
-        states.append(block.join(states[-1], lambda h: block.attn(h, 0, rope), None, None, block.alpha_attn))
-        states.append(block.join(states[-1], block.mlp, None, None, block.alpha_mlp))
+        states.append(block.join(states[-1], lambda h: block.attn(h, 0, rope), None, None, block.alpha_attn, 0))
+        states.append(block.join(states[-1], block.mlp, None, None, block.alpha_mlp, 1))
     return states
 
 
@@ -521,7 +521,7 @@ def test_ngpt_N5_alpha_0_is_the_identity_and_alpha_1_takes_the_sub_layers_direct
         assert torch.allclose(block_outputs(model, batch(model.config)[0])[-1], x, atol=1e-6)
         block = model.transformer.h[0]
         block.alpha_attn.fill_(1 / (0.05 * 64 ** 0.5))  # used ×0.05√d: 1
-        y = block.join(x, lambda h: block.attn(h, 0, rope), None, None, block.alpha_attn)
+        y = block.join(x, lambda h: block.attn(h, 0, rope), None, None, block.alpha_attn, 0)
         a = block.attn(x, 0, rope)
         assert torch.allclose(y, a / a.norm(dim=-1, keepdim=True), atol=1e-6)
 

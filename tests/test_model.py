@@ -68,8 +68,8 @@ def family_norm_fn(x, arch):
 
 def sublayers(block, rope=None, pos=0):
     """A block's two sub-layers, each (f, join's other arguments), as Block.forward passes them to join."""
-    return ((lambda h: block.attn(h, pos, rope), (block.ln_1, block.ln_1_out, block.alpha_attn)),
-            (block.mlp, (block.ln_2, block.ln_2_out, block.alpha_mlp)))
+    return ((lambda h: block.attn(h, pos, rope), (block.ln_1, block.ln_1_out, block.alpha_attn, 0)),
+            (block.mlp, (block.ln_2, block.ln_2_out, block.alpha_mlp, 1)))
 
 
 def biased(mode, arch):
@@ -220,7 +220,7 @@ def test_sandwich_P1_residual_increments_have_output_norm_std(depth_scaled, arch
     with torch.no_grad():
         for block in model.transformer.h:
             raw_attn = attn(block.ln_1(x))
-            h = block.join(x, attn, block.ln_1, block.ln_1_out, None)
+            h = block.join(x, attn, block.ln_1, block.ln_1_out, None, 0)
             out = block(x, 0, rope)
             raw_mlp = block.mlp(block.ln_2(h))
             for inc, raw, gamma in ((h - x, raw_attn, gamma_attn), (out - h, raw_mlp, gamma_mlp)):
@@ -521,6 +521,8 @@ EXTRA_PARAMS = {  # over pre's 124,373,760 at GPT-2 small's shape, by §9's and 
     "post": -D, "pre": 0, "deep": -D, "sandwich": 2 * L * D, "geonorm": 0, "simplenorm": 7 * L * D,
     "lns": 0, "mixln": 0, "reorder": 0, "hybrid": -L * D + 3 * L * 64,  # hybrid: ln_1 out, q, k, v gains (hs)
     "ngpt": -(2 * L + 1) * D + L * (2 * D + D + 4 * D) + V + V * D,  # no norms; α's, s_qk, s_v; s_z; its own head
+    "normformer": L * (D + 4 * D + 12),  # §14.3: +46,224 (ln_1_out, ffn_ln over 4d, a head scale per head)
+    "subln": L * 5 * D,  # §14.4: +46,080 (inner_ln, ffn_ln over 4d)
 }
 
 
@@ -666,17 +668,19 @@ def unit(t):
 # after the add), o the norm of f's output (sandwich, reorder), a ngpt's eigen learning rate. A new mode adds
 # its line (docs/modes.md, "Adding a norm mode").
 JOINS = {
-    "pre": lambda b, x, f, n, o, a: x + f(n(x)),
-    "post": lambda b, x, f, n, o, a: n(x + f(x)),
-    "deep": lambda b, x, f, n, o, a: n(b.alpha * x + f(x)),
-    "sandwich": lambda b, x, f, n, o, a: x + o(f(n(x))),
-    "geonorm": lambda b, x, f, n, o, a: geodesic_step(x, f(n(x)), b.geo_step),
-    "simplenorm": lambda b, x, f, n, o, a: x + f(x),
-    "lns": lambda b, x, f, n, o, a: x + f(n(x) * b.lns_scale),
-    "mixln": lambda b, x, f, n, o, a: n(x + f(x)) if b.mode == "post" else x + f(n(x)),
-    "reorder": lambda b, x, f, n, o, a: x + o(f(x)),
-    "hybrid": lambda b, x, f, n, o, a: n(x) + f(n(x)),
-    "ngpt": lambda b, x, f, n, o, a: unit(unit(x) + (a * 0.05 * 64 ** 0.5).abs() * (unit(f(x)) - unit(x))),
+    "pre": lambda b, x, f, n, o, a, j: x + f(n(x)),
+    "post": lambda b, x, f, n, o, a, j: n(x + f(x)),
+    "deep": lambda b, x, f, n, o, a, j: n(b.alpha * x + f(x)),
+    "sandwich": lambda b, x, f, n, o, a, j: x + o(f(n(x))),
+    "geonorm": lambda b, x, f, n, o, a, j: geodesic_step(x, f(n(x)), b.geo_step),
+    "simplenorm": lambda b, x, f, n, o, a, j: x + f(x),
+    "lns": lambda b, x, f, n, o, a, j: x + f(n(x) * b.lns_scale),
+    "mixln": lambda b, x, f, n, o, a, j: n(x + f(x)) if b.mode == "post" else x + f(n(x)),
+    "reorder": lambda b, x, f, n, o, a, j: x + o(f(x)),
+    "hybrid": lambda b, x, f, n, o, a, j: n(x) + f(n(x)),
+    "ngpt": lambda b, x, f, n, o, a, j: unit(unit(x) + (a * 0.05 * 64 ** 0.5).abs() * (unit(f(x)) - unit(x))),
+    "normformer": lambda b, x, f, n, o, a, j: (b.w_resid * x if j and b.w_resid is not None else x) + o(f(n(x))),
+    "subln": lambda b, x, f, n, o, a, j: x + f(n(x)),
 }
 
 
@@ -707,7 +711,12 @@ CHANGED = dict(block_size=(16, {}), vocab_size=(67, {}), n_layer=(2, {}), n_head
                lns_scaled_init=(True, dict(norm_mode="lns")), mixln_alpha=(1.0, dict(norm_mode="mixln")),
                hybrid_star=(True, dict(norm_mode="hybrid")), embed_norm=(True, {}), norm_type=("dyt", {}),
                dyt_alpha_attn=(0.5, dict(norm_type="dyt")), dyt_alpha_ffn=(0.5, dict(norm_type="dyt")),
-               dyt_alpha_final=(0.5, dict(norm_type="dyt")))
+               dyt_alpha_final=(0.5, dict(norm_type="dyt")), derf_alpha_attn=(0.5, dict(norm_type="derf")),
+               derf_alpha_ffn=(0.5, dict(norm_type="derf")), derf_alpha_final=(0.5, dict(norm_type="derf")),
+               derf_shift_init=(0.5, dict(norm_type="derf")), pointwise_bias=(False, dict(norm_type="derf")),
+               res_scale=("lambda", {}), layerscale_init=(0.5, dict(res_scale="layerscale")), x0_mix=(True, {}),
+               normformer_scale_resids=(True, dict(norm_mode="normformer")),
+               subln_init_gain=(False, dict(norm_mode="subln")), gpas=(True, {}))
 
 
 @pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(GPTConfig)])
@@ -751,7 +760,8 @@ def test_dropout_acts_in_each_of_its_places_and_only_in_training(place):
 # The modes whose init is their own, and the test that checks it.
 OWN_INIT = {"deep": "test_deep_P2_init_stds_match_deepnet_table",
             "lns": "test_lns_L4_init_stds (test_lab.py)",
-            "ngpt": "test_ngpt_N2_every_row_and_column_is_a_unit_vector_after_init (test_lab.py)"}
+            "ngpt": "test_ngpt_N2_every_row_and_column_is_a_unit_vector_after_init (test_lab.py)",
+            "subln": "test_subln_SL1_v_o_and_the_mlp_start_gamma_times_the_family_std (test_next_rows.py)"}
 
 
 @pytest.mark.parametrize("mode", [m for m in NORM_MODES if m not in OWN_INIT])
@@ -798,44 +808,55 @@ def test_estimate_mfu_of_a_hand_counted_model():
 
 # ---------------------------------------------------------------- invalid configurations
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(norm_mode="prenorm"), "unknown norm_mode 'prenorm': choose one of " + ", ".join(NORM_MODES)),
-    (dict(n_embd=64, n_head=5), "n_embd=64 is not divisible by n_head=5: choose n_head among the divisors of n_embd"),
-    (dict(norm_mode="simplenorm", bias=True),
-     "simplenorm needs bias=False (a bias breaks the scale invariance of Norm(Wx))"),
-    (dict(geo_decay="cosine"), "unknown geo_decay 'cosine': choose one of harmonic, sqrt, linear, none"),
-    (dict(geo_radius="unit"), "unknown geo_radius 'unit': choose one of sqrt_d, embed"),
-    (dict(n_layer=0), "n_layer must be a positive int, got 0"),
-    (dict(n_embd=-8), "n_embd must be a positive int, got -8"),
-    (dict(block_size=16.5), "block_size must be a positive int, got 16.5"),
-    (dict(geo_max_angle=0.0), "geo_max_angle must be None or > 0, got 0.0"),
-    (dict(arch="llama2"), "unknown arch 'llama2': choose one of gpt2, llama"),
-    (dict(arch="llama", bias=True), "arch='llama' has no biases: set bias=False"),
-    (dict(n_kv_head=3), "n_head=4 is not a multiple of n_kv_head=3: choose n_kv_head among the divisors of n_head"),
-    (dict(n_kv_head=0), "n_kv_head must be a positive int, got 0"),
-    (dict(arch="llama", n_embd=60, n_head=4),
-     "rotary embeddings turn pairs of features, but n_embd/n_head = 15 is odd: choose n_head so that the head size "
-     "is even"),
-    (dict(multiple_of=0), "multiple_of must be a positive int, got 0"),
-    (dict(ffn_dim_multiplier=-1.0), "ffn_dim_multiplier must be None or > 0, got -1.0"),
-    (dict(ffn_dim_multiplier=0.0), "ffn_dim_multiplier must be None or > 0, got 0.0"),
-    (dict(rope_theta=0.0), "rope_theta must be > 0, got 0.0"),
-    (dict(mixln_alpha=1.5), "mixln_alpha must be in [0, 1], got 1.5"),
-    (dict(norm_type="tanh"), "unknown norm_type 'tanh': choose one of norm, dyt"),
-    *((dict(norm_mode=mode, norm_type="dyt"),
-       f"norm_type='dyt' does not fit norm_mode='{mode}': DyT replaces the norms of pre, sandwich, geonorm, lns, "
-       "reorder, hybrid only")
-      for mode in ("post", "deep", "mixln", "simplenorm", "ngpt")),
-    (dict(norm_mode="hybrid", qk_norm=True), "hybrid normalizes q and k per head already: set qk_norm=False"),
-    (dict(norm_mode="ngpt", qk_norm=True), "ngpt normalizes q and k per head already: set qk_norm=False"),
-    *((dict(norm_mode="ngpt", **wrong), "ngpt needs bias=False, embed_norm=False and n_kv_head=None: its rows are "
-      "directions, x_0 is a unit vector already, q and k share s_qk")
+# Each invalid setting: the words its one-line message must hold (the setting, the value, the fix).
+@pytest.mark.parametrize("overrides, words", [
+    (dict(norm_mode="prenorm"), ("norm_mode", "'prenorm'", ", ".join(NORM_MODES))),
+    (dict(n_embd=64, n_head=5), ("n_embd=64", "n_head=5", "divisors of n_embd")),
+    (dict(norm_mode="simplenorm", bias=True), ("simplenorm", "bias=False")),
+    (dict(geo_decay="cosine"), ("geo_decay", "'cosine'", "harmonic, sqrt, linear, none")),
+    (dict(geo_radius="unit"), ("geo_radius", "'unit'", "sqrt_d, embed")),
+    (dict(n_layer=0), ("n_layer", "positive int", "0")),
+    (dict(n_embd=-8), ("n_embd", "positive int", "-8")),
+    (dict(block_size=16.5), ("block_size", "positive int", "16.5")),
+    (dict(geo_max_angle=0.0), ("geo_max_angle", "None or > 0", "0.0")),
+    (dict(arch="llama2"), ("arch", "'llama2'", "gpt2, llama")),
+    (dict(arch="llama", bias=True), ("arch='llama'", "bias=False")),
+    (dict(n_kv_head=3), ("n_head=4", "n_kv_head=3", "divisors of n_head")),
+    (dict(n_kv_head=0), ("n_kv_head", "positive int", "0")),
+    (dict(arch="llama", n_embd=60, n_head=4), ("n_embd/n_head = 15", "odd", "head size is even")),
+    (dict(multiple_of=0), ("multiple_of", "positive int", "0")),
+    (dict(ffn_dim_multiplier=-1.0), ("ffn_dim_multiplier", "None or > 0", "-1.0")),
+    (dict(ffn_dim_multiplier=0.0), ("ffn_dim_multiplier", "None or > 0", "0.0")),
+    (dict(rope_theta=0.0), ("rope_theta", "> 0", "0.0")),
+    (dict(mixln_alpha=1.5), ("mixln_alpha", "[0, 1]", "1.5")),
+    (dict(norm_type="tanh"), ("norm_type", "'tanh'", "norm, dyt, derf")),
+    *((dict(norm_mode=mode, norm_type=kind), (f"norm_type='{kind}'", f"norm_mode='{mode}'",
+                                              ", ".join(M.POINTWISE_MODES)))
+      for mode in ("post", "deep", "mixln", "simplenorm", "ngpt") for kind in ("dyt", "derf")),
+    (dict(derf_alpha_ffn=0.0), ("derf_alpha_ffn", "> 0")),
+    (dict(norm_mode="hybrid", qk_norm=True), ("hybrid", "per head already", "qk_norm=False")),
+    (dict(norm_mode="ngpt", qk_norm="per_head"), ("ngpt", "per head already", "qk_norm=False")),
+    (dict(norm_mode="simplenorm", qk_norm="per_head"), ("simplenorm", "all heads", "qk_norm=False")),
+    (dict(qk_norm="heads"), ("qk_norm", "'heads'", "'per_head'")),
+    (dict(qk_norm=1), ("qk_norm", "1", "'all_heads'")),
+    *((dict(norm_mode="ngpt", **wrong), ("ngpt", "bias=False, embed_norm=False and n_kv_head=None"))
       for wrong in (dict(bias=True), dict(embed_norm=True), dict(n_kv_head=2))),
+    (dict(res_scale="rezero"), ("res_scale", "'rezero'", "none, layerscale, lambda")),
+    *((dict(norm_mode=mode, res_scale="lambda"), ("res_scale='lambda'", f"norm_mode='{mode}'",
+                                                  ", ".join(M.ADDITIVE_MODES), "res_scale='none'"))
+      for mode in ("post", "deep", "geonorm", "hybrid", "mixln", "ngpt")),
+    *((dict(norm_mode=mode, x0_mix=True), ("x0_mix", f"norm_mode='{mode}'", "x0_mix=False"))
+      for mode in ("post", "deep", "geonorm", "hybrid", "mixln", "ngpt")),
+    *((dict(norm_mode=mode, gpas=True), ("gpas", f"norm_mode='{mode}'", ", ".join(M.GPAS_MODES),
+                                         "gpas=False"))
+      for mode in ("post", "geonorm", "simplenorm", "reorder", "hybrid", "ngpt", "normformer", "subln")),
 ])
-def test_invalid_config_raises_one_line_error(overrides, message):
+def test_invalid_config_raises_one_line_error(overrides, words):
     with pytest.raises(ValueError) as info:
         GPTConfig(**{**dict(n_layer=2, n_head=4, n_embd=64, block_size=16, vocab_size=65), **overrides})
-    assert str(info.value) == message
+    message = str(info.value)
+    assert "\n" not in message
+    assert all(word in message for word in words), message
 
 
 @pytest.mark.parametrize("n_head, n_kv_head", [(3, None), (3, 3), (3, 1), (6, 2)])
