@@ -1,5 +1,7 @@
 """Test setup: offline, importable from the repository root, small and deterministic."""
 import contextlib
+import hashlib
+import io
 import json
 import os
 import pathlib
@@ -19,6 +21,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 if (SHARED / "tiktoken_cache").is_dir():
     os.environ["TIKTOKEN_CACHE_DIR"] = str(SHARED / "tiktoken_cache")
 sys.path.insert(0, str(ROOT))
+
+from model import GPT, GPTConfig  # noqa: E402 (found on the path just set)
 
 # test_reliability.py forks train.main into child processes, and libgomp is not fork-safe: once this
 # process has run an OpenMP region on several threads, a child's first one waits forever for threads
@@ -153,3 +157,171 @@ def assert_same_records(got, want, rel, abs):
                 assert a[key] == pytest.approx(value, rel=rel, abs=abs), (key, a, b)
             else:
                 assert a[key] == value, (key, a, b)
+
+
+# ------------------------------------------------------------------------------ helpers shared by test files
+# Test files import nothing from one another: what more than one of them uses is here, once.
+
+# Small models, built in this process (test_model.py, test_lab.py, test_llama.py)
+
+GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304)
+
+
+def tiny(mode, **overrides):
+    """A small model config: 3 blocks, 64 wide, 4 heads, block 32, 65 tokens."""
+    kw = dict(norm_mode=mode, n_layer=3, n_head=4, n_embd=64, block_size=32, vocab_size=65)
+    kw.update(overrides)
+    return GPTConfig(**kw)
+
+
+def build(mode, seed=0, **overrides):
+    torch.manual_seed(seed)
+    return GPT(tiny(mode, **overrides)).eval()
+
+
+def batch(config, B=2, T=None, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    T = T or config.block_size
+    return (torch.randint(0, config.vocab_size, (B, T), generator=g),
+            torch.randint(0, config.vocab_size, (B, T), generator=g))
+
+
+def block_outputs(model, idx):
+    """Each block's output x_k for k = 1..L, captured with forward hooks."""
+    outs = []
+    hooks = [b.register_forward_hook(lambda mod, inp, out: outs.append(out)) for b in model.transformer.h]
+    with torch.no_grad():
+        model(idx)
+    for h in hooks:
+        h.remove()
+    return outs
+
+
+def count_params(mode, **overrides):
+    """Parameter count of a GPT-2-small-shaped model, built on the meta device (no memory, no time)."""
+    with torch.device("meta"):
+        return GPT(GPTConfig(norm_mode=mode, **{**GPT2_SMALL, **overrides})).get_num_params(non_embedding=False)
+
+
+def per_token_std(t):
+    return t.std(dim=-1, unbiased=False)
+
+
+def spread(t, arch):
+    """What the family's norm sets to γ per token: the std (LayerNorm, gpt2) or the RMS (RMSNorm, llama)."""
+    return per_token_std(t) if arch == "gpt2" else t.pow(2).mean(-1).sqrt()
+
+
+def biased(mode, arch):
+    """Whether the mode and the family allow bias=True (GPTConfig.validate decides)."""
+    try:
+        return tiny(mode, arch=arch, bias=True).bias
+    except ValueError:
+        return False
+
+
+def rope_rows(model, T, pos=0):
+    """The rotary table's rows for positions pos..pos+T-1 (llama), or None (gpt2), for calling a block directly."""
+    return None if model.rope is None else model.rope[pos:pos + T]
+
+
+def randomize(model, seed=0):
+    """Weights N(0, 0.3), gains U(0.5, 2) and biases N(0, 0.5): far from the init, where branches are
+    near zero and gains one, so an equation that holds only at init (α on the branch instead of x,
+    sandwich's inner and outer norms swapped) no longer holds."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+            elif name.endswith("bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            else:
+                p.copy_(torch.rand(p.shape, generator=g) * 1.5 + 0.5)
+    return model
+
+
+# train.py on the tiny dataset (test_train.py, test_reliability.py)
+
+TRAIN_TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
+              "--eval_iters=2", "--eval_interval=5", "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3"]
+
+
+def run(data_dir, out_dir, *args):
+    """train.py in this process, on the tiny settings; returns the events of out_dir/log.jsonl."""
+    import train  # here, not above: the test files that train import it, the others need not
+    train.main([f"--data_dir={data_dir}", f"--out_dir={out_dir}", *TRAIN_TINY, *args])
+    return events(out_dir)
+
+
+def losses(out_dir):
+    return [(e["iter"], e["train_loss"]) for e in events(out_dir, "train")]
+
+
+def command(*args):
+    """train.py as its own process, for what only a process shows: exit codes, signals, torchrun."""
+    return [sys.executable, os.path.join(ROOT, "train.py"), *args]
+
+
+# Checks before any work (test_sample.py, test_eval.py)
+
+def file_hashes(folder):
+    """{path: sha256} of every file under folder: equal before and after, nothing was written or removed."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def tripwire(*_, **__):
+    raise AssertionError("work began before every setting was checked")
+
+
+# Ablations: runs' files and ablate.py's output (test_plots.py, test_ablate_plan.py, test_ablate.py)
+
+ABLATE_TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
+               "--eval_iters=2", "--eval_interval=5", "--log_interval=5", "--warmup_iters=2", "--max_iters=10",
+               "--learning_rate=3e-3", "--seeds=1"]
+COLUMNS = ["mode", "settings", "lr", "seeds", "final val loss", "− pre, same seed", "best val loss", "diverged",
+           "tokens/s", "time/run"]
+PLOTS = ["val_loss.png", "lr.png", "grad_norm.png", "resid_rms.png", "angle.png"]
+
+
+def write_run(folder, evals, status="finished", speeds=(1000.0,), seconds=None, stats=None, scores=None,
+              tasks="", limit=None):
+    """A run's files as train.py, ablate.py and eval.py write them: evals [(step, val loss)], a train line per
+    speed (None: untimed), layer stats {step: {key: per block}}, an end line unless status is 'failed',
+    seconds.json if seconds, eval.json of tasks and limit if scores."""
+    folder.mkdir(parents=True, exist_ok=True)
+    events = []
+    for step, loss in evals:
+        events.append(dict(event="eval", iter=step, train_loss=loss, val_loss=loss, lr=1e-3))
+        if stats and step in stats:
+            events.append(dict(event="layer_stats", iter=step, **stats[step]))
+    events += [dict(event="train", iter=1, train_loss=3.0, tokens_per_s=s) for s in speeds]
+    if status != "failed":
+        events.append(dict(event="end", status=status, iter=evals[-1][0]))
+    (folder / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    if seconds is not None:
+        (folder / "seconds.json").write_text(json.dumps(dict(seconds=seconds)))
+    if scores is not None:
+        (folder / "eval.json").write_text(json.dumps(dict(settings=dict(tasks=tasks, limit=limit), scores=scores)))
+
+
+def ablate_main(*args):
+    """ablate.main in this process (its runs are processes of their own); returns what it printed."""
+    import ablate  # here, not above: it imports matplotlib, which most test files do without
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        ablate.main(list(args))
+    return out.getvalue()
+
+
+def table_rows(results_md):
+    """results.md's table as a list of {column: cell}, checking the header."""
+    lines = [line for line in results_md.splitlines() if line.startswith("|")]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    assert cells[0] == COLUMNS and set("".join(cells[1])) <= set("-|")
+    return [dict(zip(COLUMNS, row)) for row in cells[2:]]
+
+
+def log_events(folder):
+    return [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]

@@ -12,8 +12,7 @@ import pytest
 import ablate
 import plots
 from configurator import PRESETS
-from conftest import error_of
-from test_ablate_plan import PLOTS, TINY, ablate_main, log_events, table_rows
+from conftest import ABLATE_TINY, PLOTS, ablate_main, error_of, log_events, table_rows
 
 
 
@@ -30,7 +29,7 @@ MODES = ("pre", "sandwich", "peri", "dyt")
 def ablation(data_dir, tmp_path_factory):
     """MODES at lr 3e-3, one seed, ten steps: (the arguments, out_dir/ablate, what ablate.py printed)."""
     out = tmp_path_factory.mktemp("out")
-    args = [f"--data_dir={data_dir}", f"--out_dir={out}", *TINY, f"--modes={','.join(MODES)}", "--lrs=3e-3",
+    args = [f"--data_dir={data_dir}", f"--out_dir={out}", *ABLATE_TINY, f"--modes={','.join(MODES)}", "--lrs=3e-3",
             "--jobs=2"]
     return args, out / "ablate", ablate_main(*args)
 
@@ -129,13 +128,13 @@ def test_every_planned_run_is_checked_before_any_starts(args, message, data_dir,
     run is one line before any run starts, and out_dir is as it was."""
     (tmp_path / "notes.txt").write_text("the user's own")
     monkeypatch.setattr(ablate, "execute", lambda *args: pytest.fail("a run started"))
-    args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--modes=pre", *args]
+    args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *ABLATE_TINY, "--modes=pre", *args]
     assert message in error_of(ablate_main, *args)
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
 def test_a_diverged_run_is_a_result_not_a_crash(data_dir, tmp_path):
-    ablate_main(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--modes=pre", "--lrs=1e6")
+    ablate_main(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *ABLATE_TINY, "--modes=pre", "--lrs=1e6")
     end = log_events(tmp_path / "ablate" / "pre_lr1e+06_s1")[-1]
     assert end["status"] == "diverged" and end["iter"] < 10  # lr 1e6 really blows up the weights
     [row] = table_rows((tmp_path / "ablate" / "results.md").read_text())
@@ -149,7 +148,7 @@ def test_a_diverged_run_is_a_result_not_a_crash(data_dir, tmp_path):
 def test_dry_run_checks_every_run_and_trains_none(data_dir, tmp_path, capsys):
     """--dry_run is ablate.py's own (not passed on to the runs, which would then never finish): train.py checks
     each run, and nothing is written."""
-    args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--modes=pre,dyt", "--dry_run"]
+    args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *ABLATE_TINY, "--modes=pre,dyt", "--dry_run"]
     assert ablate_main(*args).strip() == (f"dry run: every check passed; 2 of 2 runs would train in "
                                           f"{tmp_path / 'ablate'}, nothing written")
     assert error_of(ablate.main, [*args, "--n_head=3"]) == ("error: pre_lr0.003_s1: n_embd=32 is not divisible by "
@@ -163,7 +162,7 @@ def ladder(data_dir, tmp_path_factory):
     """A depth ladder in small: pre and peri at 1 and 2 blocks, seeds 1 and 2 at 2 blocks only, a few steps:
     (the arguments, out_dir/ablate, what ablate.py printed)."""
     out = tmp_path_factory.mktemp("ladder")
-    args = [f"--data_dir={data_dir}", f"--out_dir={out}", *TINY[:-1], "--max_iters=4", "--eval_interval=2",
+    args = [f"--data_dir={data_dir}", f"--out_dir={out}", *ABLATE_TINY[:-1], "--max_iters=4", "--eval_interval=2",
             "--modes=pre,peri", "--seeds=1,2", "--sweep=n_layer=1,2", "--seeds_at={'n_layer': 2}", "--jobs=2"]
     return args, out / "ablate", ablate_main(*args)
 

@@ -20,36 +20,8 @@ import pytest
 import ablate
 import configurator
 import plots
-from conftest import ROOT, error_of
+from conftest import ABLATE_TINY, PLOTS, ROOT, ablate_main, error_of, table_rows, write_run
 from model import NORM_MODES
-from test_plots import write_run
-
-TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
-        "--eval_iters=2", "--eval_interval=5", "--log_interval=5", "--warmup_iters=2", "--max_iters=10",
-        "--learning_rate=3e-3", "--seeds=1"]
-COLUMNS = ["mode", "settings", "lr", "seeds", "final val loss", "− pre, same seed", "best val loss", "diverged",
-           "tokens/s", "time/run"]
-PLOTS = ["val_loss.png", "lr.png", "grad_norm.png", "resid_rms.png", "angle.png"]
-
-
-def ablate_main(*args):
-    """ablate.main in this process (its runs are processes of their own); returns what it printed."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        ablate.main(list(args))
-    return out.getvalue()
-
-
-def table_rows(results_md):
-    """results.md's table as a list of {column: cell}, checking the header."""
-    lines = [line for line in results_md.splitlines() if line.startswith("|")]
-    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
-    assert cells[0] == COLUMNS and set("".join(cells[1])) <= set("-|")
-    return [dict(zip(COLUMNS, row)) for row in cells[2:]]
-
-
-def log_events(folder):
-    return [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
 
 
 def test_no_run_that_finished_is_an_error_exit_with_no_empty_figures_and_a_true_header(tmp_path, monkeypatch,
@@ -80,7 +52,7 @@ def test_a_run_whose_last_evaluation_is_not_finite_is_tabled_as_diverged(data_di
            dict(event="eval", iter=10, train_loss=math.nan, val_loss=math.nan),
            dict(event="end", status="finished", iter=10, best_val_loss=4.1, final_val_loss=math.nan, tokens_per_s=1e3)]
     (run / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
-    printed = ablate_main(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--modes=pre")
+    printed = ablate_main(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *ABLATE_TINY, "--modes=pre")
     assert "pre_lr0.003_s1: skipped, DIVERGED at step 10" in printed
     [row] = table_rows((tmp_path / "ablate" / "results.md").read_text())
     assert (row["final val loss"], row["diverged"]) == ("diverged", "1/1")

@@ -23,10 +23,9 @@ import eval as evaluation
 import plots
 import prepare_data
 import train
-from conftest import ROOT, error_of, needs_gpt2, torchrun
+from conftest import ROOT, error_of, file_hashes, needs_gpt2, torchrun, tripwire
 from model import ARCHS, GPT, NORM_MODES, GPTConfig, from_gpt2
 from checkpoint import load_model
-from test_sample import tree, tripwire
 
 lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
@@ -492,13 +491,13 @@ def test_a_task_that_cannot_load_is_one_line_before_any_model_or_run(kind, tools
     nothing is written. (An unknown name goes through ablate.py alone: each look indexes lm-eval's 15,000
     tasks.)"""
     name, message = a_mistake(tmp_path / "tasks", kind)
-    before = tree(out_dir)
+    before = file_hashes(out_dir)
     monkeypatch.setattr(checkpoint, "load_model", tripwire)
     for dry_run in (False, True) if "eval" in tools else ():
         assert error_of(evaluation.main, [f"--out_dir={out_dir}", f"--tasks={name}", "--device=cpu",
                                           f"--include_path={tmp_path / 'tasks'}", f"--dry_run={dry_run}"]
                         ).startswith(f"error: {message}")
-    assert tree(out_dir) == before
+    assert file_hashes(out_dir) == before
     if "ablate" in tools:
         monkeypatch.setattr(ablate, "execute", tripwire)
         with pytest.raises(SystemExit) as e:
@@ -556,10 +555,10 @@ def test_task_files_read_through_tags_lists_and_scalars(tmp_path):
 
 
 def test_the_dry_run_loads_the_tasks_and_writes_nothing(out_dir, tasks_dir, capsys):
-    before = tree(out_dir)
+    before = file_hashes(out_dir)
     assert evaluation.main([f"--out_dir={out_dir}", "--tasks=tiny_mc,tiny_ll", f"--include_path={tasks_dir}",
                             "--dry_run=True"]) is None
-    assert "the tasks load (tiny_mc, tiny_ll)" in capsys.readouterr().out and tree(out_dir) == before
+    assert "the tasks load (tiny_mc, tiny_ll)" in capsys.readouterr().out and file_hashes(out_dir) == before
 
 
 def test_ctrl_c_while_scoring_is_one_line_and_exit_130(out_dir, tmp_path):
@@ -569,7 +568,7 @@ def test_ctrl_c_while_scoring_is_one_line_and_exit_130(out_dir, tmp_path):
     write_task(tmp_path / "tasks", "tiny_long", MC_DOCS * 1000, **MC)
     (tmp_path / "run").mkdir()
     shutil.copy(out_dir / "ckpt.pt", tmp_path / "run" / "ckpt.pt")
-    before = tree(tmp_path / "run")
+    before = file_hashes(tmp_path / "run")
     proc = subprocess.Popen([sys.executable, "eval.py", f"--out_dir={tmp_path / 'run'}", "--tasks=tiny_long",
                              f"--include_path={tmp_path / 'tasks'}", "--device=cpu", "--batch_size=1"],
                             cwd=ROOT, stderr=subprocess.PIPE, env=os.environ | {"OMP_NUM_THREADS": "1"})
@@ -581,7 +580,7 @@ def test_ctrl_c_while_scoring_is_one_line_and_exit_130(out_dir, tmp_path):
     assert proc.wait(60) == 130 and "Traceback" not in err, err
     # the last line: the message (after what is left of tqdm's bar, where the signal lands before it draws again)
     assert err.splitlines()[-1].endswith("interrupted: stopped before the end; files are written whole or not at all")
-    assert tree(tmp_path / "run") == before
+    assert file_hashes(tmp_path / "run") == before
 
 
 def test_an_evaluation_that_fails_after_training_makes_the_ablation_an_error(data_dir, tmp_path):

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import model as M
+from conftest import batch, biased, block_outputs, build, count_params, randomize, rope_rows, spread, tiny
 from model import ARCHS, GPT, GPTConfig, RMSNorm
-from test_model import batch, biased, block_outputs, build, count_params, randomize, rope_rows, spread, tiny
 
 
 def standardized(t, arch, tol=1e-6):

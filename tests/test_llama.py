@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import model as M
+from conftest import batch, build, count_params, tiny
 from model import GPT, GPTConfig, NORM_MODES
-from test_model import batch, build, count_params, tiny
 
 LLAMA2_7B = dict(arch="llama", n_layer=32, n_head=32, n_embd=4096, block_size=4096, vocab_size=32000)
 LLAMA3_8B = dict(arch="llama", n_layer=32, n_head=32, n_kv_head=8, n_embd=4096, block_size=8192, vocab_size=128256,

@@ -11,54 +11,8 @@ import torch.nn.functional as F
 from torch.nn import Identity, LayerNorm as nn_LayerNorm
 
 import model as M
+from conftest import GPT2_SMALL, batch, biased, block_outputs, build, count_params, randomize, rope_rows, spread, tiny
 from model import ARCHS, GPT, GPTConfig, NORM_MODES, RMSNorm, geodesic_step
-
-GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304)
-
-
-def tiny(mode, **overrides):
-    """A small model config: 3 blocks, 64 wide, 4 heads, block 32, 65 tokens."""
-    kw = dict(norm_mode=mode, n_layer=3, n_head=4, n_embd=64, block_size=32, vocab_size=65)
-    kw.update(overrides)
-    return GPTConfig(**kw)
-
-
-def build(mode, seed=0, **overrides):
-    torch.manual_seed(seed)
-    return GPT(tiny(mode, **overrides)).eval()
-
-
-def batch(config, B=2, T=None, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    T = T or config.block_size
-    return (torch.randint(0, config.vocab_size, (B, T), generator=g),
-            torch.randint(0, config.vocab_size, (B, T), generator=g))
-
-
-def block_outputs(model, idx):
-    """Each block's output x_k for k = 1..L, captured with forward hooks."""
-    outs = []
-    hooks = [b.register_forward_hook(lambda mod, inp, out: outs.append(out)) for b in model.transformer.h]
-    with torch.no_grad():
-        model(idx)
-    for h in hooks:
-        h.remove()
-    return outs
-
-
-def count_params(mode, **overrides):
-    """Parameter count of a GPT-2-small-shaped model, built on the meta device (no memory, no time)."""
-    with torch.device("meta"):
-        return GPT(GPTConfig(norm_mode=mode, **{**GPT2_SMALL, **overrides})).get_num_params(non_embedding=False)
-
-
-def per_token_std(t):
-    return t.std(dim=-1, unbiased=False)
-
-
-def spread(t, arch):
-    """What the family's norm sets to γ per token: the std (LayerNorm, gpt2) or the RMS (RMSNorm, llama)."""
-    return per_token_std(t) if arch == "gpt2" else t.pow(2).mean(-1).sqrt()
 
 
 def family_norm_fn(x, arch):
@@ -70,35 +24,6 @@ def sublayers(block, rope=None, pos=0):
     """A block's two sub-layers, each (f, join's other arguments), as Block.forward passes them to join."""
     return ((lambda h: block.attn(h, pos, rope), (block.ln_1, block.ln_1_out, block.alpha_attn, 0)),
             (block.mlp, (block.ln_2, block.ln_2_out, block.alpha_mlp, 1)))
-
-
-def biased(mode, arch):
-    """Whether the mode and the family allow bias=True (GPTConfig.validate decides)."""
-    try:
-        return tiny(mode, arch=arch, bias=True).bias
-    except ValueError:
-        return False
-
-
-def rope_rows(model, T, pos=0):
-    """The rotary table's rows for positions pos..pos+T-1 (llama), or None (gpt2), for calling a block directly."""
-    return None if model.rope is None else model.rope[pos:pos + T]
-
-
-def randomize(model, seed=0):
-    """Weights N(0, 0.3), gains U(0.5, 2) and biases N(0, 0.5): far from the init, where branches are
-    near zero and gains one, so an equation that holds only at init (α on the branch instead of x,
-    sandwich's inner and outer norms swapped) no longer holds."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-            elif name.endswith("bias"):
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-            else:
-                p.copy_(torch.rand(p.shape, generator=g) * 1.5 + 0.5)
-    return model
 
 
 # ---------------------------------------------------------------- §2 pre

@@ -19,6 +19,7 @@ import ablate
 import configurator
 import plots
 from configurator import ENTRIES
+from conftest import write_run
 from model import GPT, NORM_MODES
 
 BASE = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--learning_rate=1e-3",
@@ -32,27 +33,6 @@ def plan_of(tmp_path, *args, meta=dict(tokenizer="char", vocab_size=65)):
         (tmp_path / "data" / "tiny" / "meta.json").write_text(json.dumps(meta))
     plan = ablate.configure([f"--out_dir={tmp_path / 'out'}", f"--data_dir={tmp_path / 'data'}", *BASE, *args])
     return plan, ablate.plan_runs(plan, tmp_path / "out" / "ablate")
-
-
-def write_run(folder, evals, status="finished", speeds=(1000.0,), seconds=None, stats=None, scores=None,
-              tasks="", limit=None):
-    """A run's files as train.py, ablate.py and eval.py write them: evals [(step, val loss)], a train line per
-    speed (None: untimed), layer stats {step: {key: per block}}, an end line unless status is 'failed',
-    seconds.json if seconds, eval.json of tasks and limit if scores."""
-    folder.mkdir(parents=True, exist_ok=True)
-    events = []
-    for step, loss in evals:
-        events.append(dict(event="eval", iter=step, train_loss=loss, val_loss=loss, lr=1e-3))
-        if stats and step in stats:
-            events.append(dict(event="layer_stats", iter=step, **stats[step]))
-    events += [dict(event="train", iter=1, train_loss=3.0, tokens_per_s=s) for s in speeds]
-    if status != "failed":
-        events.append(dict(event="end", status=status, iter=evals[-1][0]))
-    (folder / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    if seconds is not None:
-        (folder / "seconds.json").write_text(json.dumps(dict(seconds=seconds)))
-    if scores is not None:
-        (folder / "eval.json").write_text(json.dumps(dict(settings=dict(tasks=tasks, limit=limit), scores=scores)))
 
 
 def by_name(runs):

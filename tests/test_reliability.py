@@ -24,8 +24,7 @@ import data as data_mod
 import devices
 import prepare_data
 import train
-from conftest import ROOT, error_of, torchrun
-from test_train import TINY, command, events, losses, run
+from conftest import ROOT, TRAIN_TINY, command, error_of, events, losses, run, torchrun
 
 
 def start(data_dir, out_dir, *args):
@@ -36,7 +35,7 @@ def start(data_dir, out_dir, *args):
         os.dup2(output.fileno(), 1)  # the signal handler writes to the file descriptor itself
         os.dup2(output.fileno(), 2)
         sys.stdout = sys.stderr = output
-        train.main([f"--data_dir={data_dir}", f"--out_dir={out_dir}", *TINY, *args])
+        train.main([f"--data_dir={data_dir}", f"--out_dir={out_dir}", *TRAIN_TINY, *args])
 
     proc = multiprocessing.get_context("fork").Process(target=child)
     proc.start()
@@ -134,7 +133,7 @@ def test_a_sigterm_to_one_torchrun_worker_stops_both_after_its_step_and_the_resu
     """Worker 1 alone is signalled: both workers stop after the same step (or worker 0 would wait forever in
     the next all-reduce), one checkpoint of that step, exit 0; resumed, the run logs what an uninterrupted
     one logs, the evaluation skipped at the stop made up."""
-    args = [f"--data_dir={data_dir}", *TINY, "--max_iters=6", "--eval_interval=3", "--dropout=0.1"]
+    args = [f"--data_dir={data_dir}", *TRAIN_TINY, "--max_iters=6", "--eval_interval=3", "--dropout=0.1"]
     parts, whole = tmp_path / "parts", tmp_path / "whole"
     (tmp_path / "driver.py").write_text(ONE_WORKER_SIGNALLED)
     argvs = [[*args, f"--out_dir={parts}"], [*args, f"--out_dir={parts}", "--init_from=resume"],
@@ -304,7 +303,7 @@ def test_a_signal_to_ablate_alone_stops_its_run_with_a_checkpoint_and_starts_no_
     background (where SIGINT starts ignored, as here): the run in progress saves and stops, no other starts,
     and ablate.py exits 130 saying how to go on; no train.py is left running."""
     out = tmp_path / "out"
-    command = [sys.executable, "ablate.py", f"--data_dir={data_dir}", f"--out_dir={out}", *TINY,
+    command = [sys.executable, "ablate.py", f"--data_dir={data_dir}", f"--out_dir={out}", *TRAIN_TINY,
                "--max_iters=100000", "--modes=pre,geonorm", "--seeds=1", "--jobs=1"]
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=os.environ | {"OMP_NUM_THREADS": "1"},
@@ -428,7 +427,7 @@ def test_a_failed_check_is_one_line_and_leaves_out_dir_as_it_was(trained, mistak
     monkeypatch.setenv("WORLD_SIZE", "2" if "split" in mistake else "1")  # as one of 2 torchrun processes
     monkeypatch.chdir(trained)  # for out_dir=nowhere
     before = tree(trained)
-    argv = [f"--data_dir={trained / 'data'}", f"--out_dir={trained / 'run'}", *TINY, "--max_iters=8",
+    argv = [f"--data_dir={trained / 'data'}", f"--out_dir={trained / 'run'}", *TRAIN_TINY, "--max_iters=8",
             *[a for a in args if a != "resume"], *["--init_from=resume"] * ("resume" in args)]
     assert says in error_of(train.main, argv)
     assert tree(trained) == before
@@ -488,7 +487,7 @@ def test_a_planted_file_or_path_is_one_line_before_anything_is_written(trained, 
     plant(tmp_path)
     monkeypatch.chdir(tmp_path)
     before = tree(tmp_path)
-    argv = ["--data_dir=data", "--out_dir=run", *TINY, "--max_iters=8", "--init_from=resume", *args]
+    argv = ["--data_dir=data", "--out_dir=run", *TRAIN_TINY, "--max_iters=8", "--init_from=resume", *args]
     assert says in error_of(train.main, argv)
     assert tree(tmp_path) == before
 
@@ -540,7 +539,7 @@ def test_a_number_that_is_not_one_from_a_config_file_is_one_line(data_dir, tmp_p
                  "learning_rate", "min_lr", "grad_clip"):
         for value in ('float("nan")', "float('inf')"):
             config = write(tmp_path / "bad.py", f"{name} = {value}\n")
-            argv = [str(config), f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'run'}", *TINY]
+            argv = [str(config), f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'run'}", *TRAIN_TINY]
             assert f"{name} must be a finite number, got" in error_of(train.main, argv)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py"]
 
@@ -563,7 +562,7 @@ def test_a_signal_while_compiling_is_one_line_and_leaves_no_poisoned_cache(data_
     2.13 compiles again what it lost) or one line, never a traceback; and the next compiled run, on the same
     graphs, trains, with no kernel cut short left in the cache."""
     env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    args = command(f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'run'}", *TINY, "--max_iters=2",
+    args = command(f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'run'}", *TRAIN_TINY, "--max_iters=2",
                    "--compile=True")
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
@@ -628,7 +627,7 @@ def test_kernels_cut_short_in_the_compile_cache_are_removed_and_whole_ones_kept(
 def test_a_mistake_is_one_line_on_stderr_and_exit_1(data_dir, tmp_path):
     """As a process: the line alone on stderr, no traceback, exit status 1."""
     for mistake in ("a seed below 0", "fsdp on nccl on a CPU"):
-        result = subprocess.run(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY,
+        result = subprocess.run(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TRAIN_TINY,
                                         *MISTAKES[mistake][0]), capture_output=True, text=True, timeout=120)
         assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
         assert result.stderr.startswith("error: ") and MISTAKES[mistake][1] in result.stderr
@@ -638,7 +637,7 @@ def test_a_mistake_is_one_line_on_stderr_and_exit_1(data_dir, tmp_path):
 def test_a_dry_run_checks_everything_and_writes_nothing(trained, tmp_path, monkeypatch, capsys):
     """dry_run=True: every check of a run, then its plan, and nothing written: not out_dir, not the default
     dataset; as one of WORLD_SIZE processes (ablate.py sets it), whose default accumulation splits."""
-    args = [f"--data_dir={trained / 'data'}", *TINY, "--dry_run=True"]
+    args = [f"--data_dir={trained / 'data'}", *TRAIN_TINY, "--dry_run=True"]
     train.main([*args, f"--out_dir={tmp_path / 'new'}", "--max_iters=10"])
     assert "= 1 process x 1 micro-batch x 4 x 32" in capsys.readouterr().out
     assert not (tmp_path / "new").exists()

@@ -3,7 +3,6 @@ generate's docstring promises, top-k/top-p keep what they should, and every bad 
 the promises every tool (sample, eval, bench, ablate) keeps alike: a value out of its range, and Ctrl-C,
 end in one line, with every file as it was."""
 import contextlib
-import hashlib
 import runpy
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import eval as evaluation
 import model as model_module
 import sample
 import train
-from conftest import ROOT, error_of, needs_gpt2
+from conftest import ROOT, error_of, file_hashes, needs_gpt2, tripwire
 from data import get_tokenizer, load_meta, write_json
 from model import ARCHS, GPT, GPTConfig, NORM_MODES, sample_next
 
@@ -529,21 +528,11 @@ def test_sample_from_a_checkpoint_written_by_train(tmp_path, data_dir, shakespea
 
 # ---------------------------------------------------------------- every tool: out of range, Ctrl-C
 
-def tree(folder):
-    """{path: sha256} of every file under folder: equal before and after, nothing was written or removed."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def a_run(folder):
     """out_dir of a trained run, as far as a tool reading it can tell, and a file of the user's beside it."""
     write_checkpoint(folder)
     (folder / "notes.txt").write_text("the user's own")
     return folder
-
-
-def tripwire(*_, **__):
-    raise AssertionError("work began before every setting was checked")
 
 
 TOOLS = dict(sample=sample.main, eval=evaluation.main, bench=bench.main, ablate=ablate.main)
@@ -579,12 +568,12 @@ def test_a_value_out_of_its_range_is_one_line_before_anything_is_read_or_written
                                                                                 monkeypatch):
     """Each tool checks every setting with a natural range before it loads, measures or trains anything."""
     out = a_run(tmp_path / "out")
-    before = tree(tmp_path)
+    before = file_hashes(tmp_path)
     for work in (checkpoint, "load_model"), (bench, "bench_training"), (subprocess, "run"):
         monkeypatch.setattr(*work, tripwire)
     args = BENCH_TINY if tool == "bench" else [f"--out_dir={out}", "--device=cpu"]
     assert message in error_of(TOOLS[tool], [*args, arg])
-    assert tree(tmp_path) == before
+    assert file_hashes(tmp_path) == before
 
 
 def interrupt(*_, **__):
@@ -623,7 +612,7 @@ def test_ctrl_c_in_any_tool_is_one_line_and_exit_130_with_files_whole(tool, tmp_
         capsys.readouterr()
         work = lm_eval, "simple_evaluate"
     monkeypatch.setattr(*work, interrupt)
-    before = tree(out)
+    before = file_hashes(out)
     monkeypatch.setattr(sys, "argv", [f"{tool}.py", *args])
     with pytest.raises(SystemExit) as e:
         try:
@@ -633,4 +622,4 @@ def test_ctrl_c_in_any_tool_is_one_line_and_exit_130_with_files_whole(tool, tmp_
     err = capsys.readouterr().err
     assert e.value.code == 130 and "Traceback" not in err
     assert len(err.splitlines()) == 1 and err.startswith("interrupted"), err
-    assert before.items() <= tree(out).items()  # and what a run had begun to write is its own (train.log)
+    assert before.items() <= file_hashes(out).items()  # and what a run had begun to write is its own (train.log)

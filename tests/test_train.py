@@ -9,7 +9,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import types
 
@@ -25,32 +24,16 @@ import configurator
 import devices
 import measure
 import train
-from conftest import assert_same_records, error_of, events, logged_numbers, torchrun_mains
+from conftest import (TRAIN_TINY, assert_same_records, command, error_of, events, logged_numbers, losses, run,
+                      torchrun_mains)
 from data import get_batch, load_meta
 from model import ARCHS, GPT, GPTConfig, NORM_MODES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
-        "--eval_iters=2", "--eval_interval=5", "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3"]
-
-
-def run(data_dir, out_dir, *args):
-    """train.py in this process, on the tiny settings; returns the events of out_dir/log.jsonl."""
-    train.main([f"--data_dir={data_dir}", f"--out_dir={out_dir}", *TINY, *args])
-    return events(out_dir)
-
-
-def losses(out_dir):
-    return [(e["iter"], e["train_loss"]) for e in events(out_dir, "train")]
 
 
 def eval_losses(out_dir):
     return [loss for e in events(out_dir, "eval") for loss in (e["train_loss"], e["val_loss"])]
-
-
-def command(*args):
-    """train.py as its own process, for what only a process shows: exit codes, signals, torchrun."""
-    return [sys.executable, os.path.join(ROOT, "train.py"), *args]
 
 
 def test_a_tiny_run_learns_and_writes_a_valid_log_and_checkpoint(data_dir, tmp_path, capsys):
@@ -130,7 +113,7 @@ def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(dat
 
     dropped = tmp_path / "dropout"  # an evaluation is of the model without dropout: the checkpoint's, evaluated
     run(data_dir, dropped, "--max_iters=4", "--eval_interval=4", "--dropout=0.5")
-    cfg, _ = train.configure([f"--data_dir={data_dir}", *TINY, "--dropout=0.5"])
+    cfg, _ = train.configure([f"--data_dir={data_dir}", *TRAIN_TINY, "--dropout=0.5"])
     proc = types.SimpleNamespace(device="cpu", rank=0, world=1, ctx=contextlib.nullcontext())
     model = checkpoint.load_model(str(dropped), "cpu")[0]  # in eval mode
     last = events(dropped, "eval")[-1]
@@ -186,7 +169,7 @@ def test_max_iters_runs_exactly_that_many_optimizer_steps(data_dir, tmp_path):
 TWO_PROCESS_RUNS = [(mode, "gpt2") for mode in NORM_MODES] + [("pre", "llama")]
 TWO_PROCESS_ARGS = ["--max_iters=4", "--eval_interval=2", "--eval_iters=3", "--gradient_accumulation_steps=4",
                     "--dropout=0.1", "--log_interval=1", "--log_layer_stats=True"]
-TOKENS_PER_STEP = 4 * 4 * 32  # 4 micro-batches (2 processes x 2, or 1 x 4) of TINY's 4 x 32
+TOKENS_PER_STEP = 4 * 4 * 32  # 4 micro-batches (2 processes x 2, or 1 x 4) of TRAIN_TINY's 4 x 32
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +180,7 @@ def two_processes(data_dir, tmp_path_factory, request):
     root = tmp_path_factory.mktemp("two")
     cases = [tuple(item.callspec.params[k] for k in ("mode", "arch")) for item in request.session.items
              if item.originalname == "test_two_torchrun_processes_match_one_process_with_accumulation"]
-    runs = [[f"--data_dir={data_dir}", *TINY, *TWO_PROCESS_ARGS, f"--norm_mode={mode}", f"--arch={arch}",
+    runs = [[f"--data_dir={data_dir}", *TRAIN_TINY, *TWO_PROCESS_ARGS, f"--norm_mode={mode}", f"--arch={arch}",
              f"--out_dir={root / f'{mode}-{arch}'}"] for mode, arch in cases]
     result = torchrun_mains(runs, root, timeout=600)
     assert result.stdout.count("= 2 processes x 2 micro-batches x 4 x 32") == len(runs)
@@ -207,7 +190,7 @@ def two_processes(data_dir, tmp_path_factory, request):
 @pytest.mark.parametrize("mode, arch", TWO_PROCESS_RUNS)
 def test_two_torchrun_processes_match_one_process_with_accumulation(two_processes, data_dir, tmp_path, mode, arch):
     """2 processes x 2 micro-batches train as 1 process x 4, and evaluate alike: 3 batches split 2 + 1."""
-    train.main([f"--data_dir={data_dir}", *TINY, *TWO_PROCESS_ARGS, f"--norm_mode={mode}", f"--arch={arch}",
+    train.main([f"--data_dir={data_dir}", *TRAIN_TINY, *TWO_PROCESS_ARGS, f"--norm_mode={mode}", f"--arch={arch}",
                 f"--out_dir={tmp_path}"])
     one, two = tmp_path, two_processes / f"{mode}-{arch}"
     assert [i for i, _ in losses(two)] == [i for i, _ in losses(one)] == list(range(1, 5))
@@ -221,7 +204,7 @@ def test_two_torchrun_processes_match_one_process_with_accumulation(two_processe
 def test_each_micro_batch_has_its_own_dropout_seed(data_dir):
     """micro_batch(step, g) is a function of (seed, step, g), and its dropout seed is drawn from all of [0, 2^63):
     no two of 400 micro-batches share their masks, and the same call draws the same batch and seed again."""
-    cfg, _ = train.configure([f"--data_dir={data_dir}", *TINY])
+    cfg, _ = train.configure([f"--data_dir={data_dir}", *TRAIN_TINY])
     _, data = train.load_dataset(cfg)
     seeds = [train.micro_batch(data, cfg, "cpu", step, g)[2] for step in range(200) for g in range(2)]
     assert len(set(seeds)) == 400 and 0 <= min(seeds) and max(seeds) < 2**63 and max(seeds) > 2**60
@@ -240,7 +223,7 @@ def test_ddp_syncs_the_gradients_once_after_the_last_micro_batch(data_dir, tmp_p
     with the process group's teardown)."""
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
-        cfg, _ = train.configure([f"--data_dir={data_dir}", *TINY, f"--norm_mode={mode}", f"--arch={arch}"])
+        cfg, _ = train.configure([f"--data_dir={data_dir}", *TRAIN_TINY, f"--norm_mode={mode}", f"--arch={arch}"])
         meta, data = train.load_dataset(cfg, master=True)
         model = GPT(configurator.model_config(cfg, meta))
         forwards, synced = [], []
@@ -307,7 +290,8 @@ def test_a_missing_dataset_names_the_command_that_prepares_it_and_pystdlib_is_ma
         made.append((name, folder))
         shutil.copytree(data_dir / "tiny", folder)
     monkeypatch.setattr(train.prepare_data, "prepare", prepare)
-    argv = [f"--data_dir={tmp_path / 'data'}", *[a for a in TINY if not a.startswith("--dataset")], "--max_iters=1"]
+    argv = [f"--data_dir={tmp_path / 'data'}", *[a for a in TRAIN_TINY if not a.startswith("--dataset")],
+            "--max_iters=1"]
     assert "error: beta1" in error_of(train.main, [*argv, f"--out_dir={tmp_path / 'no'}", "--beta1=1"])
     for out in ("a", "b"):
         train.main([*argv, f"--out_dir={tmp_path / out}"])
@@ -325,7 +309,7 @@ def test_a_resume_that_remakes_pystdlib_checks_it_against_the_checkpoint(data_di
     builds = iter([data_dir / "tiny", tmp_path / "letters"])
     monkeypatch.setattr(train.prepare_data, "prepare", lambda name, folder: shutil.copytree(next(builds), folder))
     out, data = tmp_path / "out", tmp_path / "data"
-    argv = [f"--data_dir={data}", f"--out_dir={out}", *[a for a in TINY if not a.startswith("--dataset")]]
+    argv = [f"--data_dir={data}", f"--out_dir={out}", *[a for a in TRAIN_TINY if not a.startswith("--dataset")]]
     train.main([*argv, "--max_iters=2"])
     shutil.rmtree(data / "pystdlib")
     assert error_of(train.main, [*argv, "--max_iters=4", "--init_from=resume"]) == (
@@ -385,7 +369,7 @@ def test_a_nonfinite_loss_or_gradient_stops_the_run_and_keeps_the_last_good_chec
 def test_the_checks_only_train_py_makes_are_whole_lines(data_dir, tmp_path, monkeypatch):
     """Word for word: what fsdp cannot serve, GPT-2 weights on another tokenizer, a split shorter than a
     sequence, GPT-2 weights that do not load, and running out of memory, naming its levers."""
-    argv = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY]
+    argv = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TRAIN_TINY]
     assert error_of(train.configure, [*argv, "--parallel=fsdp", "--log_layer_stats=True"]) == (
         "error: log_layer_stats needs the whole model in one process: use parallel='ddp' for it")
     assert error_of(train.main, [*argv, "--parallel=fsdp", "--device=meta"]) == (  # devices' check, given parallel
@@ -445,8 +429,8 @@ def test_a_runs_lines_are_its_log_word_for_word(data_dir, tmp_path, capsys):
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
 def test_sigterm_and_sigint_save_a_checkpoint_and_exit_cleanly(data_dir, tmp_path, name):
     with open(tmp_path / "stdout", "w") as stdout:  # a file: a full pipe would block the run
-        proc = subprocess.Popen(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--max_iters=100000"),
-                                stdout=stdout, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TRAIN_TINY,
+                                        "--max_iters=100000"), stdout=stdout, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while not ((tmp_path / "log.jsonl").exists() and events(tmp_path, "train")):  # training has begun
             assert proc.poll() is None and time.time() < deadline, (tmp_path / "stdout").read_text()
@@ -467,8 +451,8 @@ def test_three_sigints_stop_at_once_however_close_together(data_dir, tmp_path, a
     ended (Python shutting down when the others land); never a traceback or an 'Exception ignored', the
     last checkpoint whole. (That three landing in one step count three: tests/test_devices.py.)"""
     with open(tmp_path / "stdout", "w") as stdout:
-        proc = subprocess.Popen(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--max_iters=100000",
-                                        "--n_layer=6"), stdout=stdout, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TRAIN_TINY,
+                                        "--max_iters=100000", "--n_layer=6"), stdout=stdout, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while not ((tmp_path / "log.jsonl").exists() and events(tmp_path, "train")):
             assert proc.poll() is None and time.time() < deadline, (tmp_path / "stdout").read_text()
@@ -568,7 +552,7 @@ def test_layer_stats_measure_each_block(data_dir, tmp_path):
         assert len(s["grad_norm"]) == len(s["resid_rms"]) == len(s["angle"]) == 2
         assert s["resid_rms"] == pytest.approx([1.0, 1.0], abs=1e-4)  # geonorm keeps |x| = sqrt(d)
         assert all(0 < a < math.pi for a in s["angle"]) and all(g > 0 for g in s["grad_norm"])
-    cfg, _ = train.configure([f"--data_dir={data_dir}", *TINY])
+    cfg, _ = train.configure([f"--data_dir={data_dir}", *TRAIN_TINY])
     x, y = get_batch(train.load_dataset(cfg)[1]["val"], np.random.default_rng((cfg.seed, 1, 1, 0)), cfg, "cpu")
     again = measure.layer_stats(checkpoint.load_model(str(tmp_path), "cpu")[0], x, y, contextlib.nullcontext())
     assert {k: pytest.approx(v, rel=1e-5) for k, v in again.items()} == {k: stats[1][k] for k in again}
