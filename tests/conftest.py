@@ -220,6 +220,17 @@ def biased(mode, arch):
         return False
 
 
+def copy_probability(mode, tie, **settings):
+    """Mean probability at init that the next token equals the current one, at GPT-2 width (d 768, V 50304)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(norm_mode=mode, n_layer=2, n_head=12, n_embd=768, block_size=16, tie_embeddings=tie,
+                          **settings))
+    idx = torch.randint(0, 50304, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits, _ = model.eval()(idx, idx)
+    return logits.softmax(-1).gather(-1, idx[..., None]).mean().item()
+
+
 def rope_rows(model, T, pos=0):
     """The rotary table's rows for positions pos..pos+T-1 (llama), or None (gpt2), for calling a block directly."""
     return None if model.rope is None else model.rope[pos:pos + T]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import model as M
-from conftest import batch, build, count_params, tiny
+from conftest import batch, build, copy_probability, count_params, tiny
 from model import GPT, GPTConfig, NORM_MODES
 
 LLAMA2_7B = dict(arch="llama", n_layer=32, n_head=32, n_embd=4096, block_size=4096, vocab_size=32000)
@@ -217,17 +217,6 @@ def test_tie_embeddings_defaults_to_the_family_and_sets_the_embedding_init():
     untied, tied = build("pre", tie_embeddings=False), build("pre")
     assert untied.get_num_params(non_embedding=False) == tied.get_num_params(non_embedding=False) + 65 * 64
     assert untied.get_num_params() == tied.get_num_params()  # E, a lookup, is no compute parameter when untied
-
-
-def copy_probability(mode, tie, **settings):
-    """Mean probability at init that the next token equals the current one, at GPT-2 width (d 768, V 50304)."""
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(norm_mode=mode, n_layer=2, n_head=12, n_embd=768, block_size=16, tie_embeddings=tie,
-                          **settings))
-    idx = torch.randint(0, 50304, (2, 16), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        logits, _ = model.eval()(idx, idx)
-    return logits.softmax(-1).gather(-1, idx[..., None]).mean().item()
 
 
 def test_a_tied_head_gives_post_deep_and_geonorm_a_copy_bias_at_gpt2_width():
