@@ -119,13 +119,13 @@ def test_changed_settings_stop_before_reusing_a_finished_run(ablation):
 
 @pytest.mark.parametrize("args, message", [
     (["--seeds=1,-1"], "pre_lr0.003_s-1: seed must be in [0, "),  # the second run's
-    (["--n_head=3"], "pre_lr0.003_s1: n_embd=32 is not divisible by n_head=3"),
     (["--nproc=2", "--gradient_accumulation_steps=3"],
      "pre_lr0.003_s1: gradient_accumulation_steps=3 does not split over 2 processes"),
 ])
 def test_every_planned_run_is_checked_before_any_starts(args, message, data_dir, tmp_path, monkeypatch):
     """train.py --dry_run checks each run's settings as one of its nproc processes: a mistake in any planned
-    run is one line before any run starts, and out_dir is as it was."""
+    run is one line before any run starts, and out_dir is as it was. (A model setting's mistake, n_head=3:
+    test_dry_run_checks_every_run_and_trains_none.)"""
     (tmp_path / "notes.txt").write_text("the user's own")
     monkeypatch.setattr(ablate, "execute", lambda *args: pytest.fail("a run started"))
     args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *ABLATE_TINY, "--modes=pre", *args]
