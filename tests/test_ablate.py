@@ -25,13 +25,22 @@ def mtimes(root):
 MODES = ("pre", "sandwich", "peri", "dyt")
 
 
+def unchecked_ablation(*args):
+    """ablate_main(*args) without the checks before training, a train.py --dry_run for each run, as long as the
+    run itself: the fixtures' runs are valid ones, and the checks are the subject of
+    test_every_planned_run_is_checked_before_any_starts and test_dry_run_checks_every_run_and_trains_none."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ablate, "check_before_training", lambda *_: None)
+        return ablate_main(*args)
+
+
 @pytest.fixture(scope="module")
 def ablation(data_dir, tmp_path_factory):
     """MODES at lr 3e-3, one seed, ten steps: (the arguments, out_dir/ablate, what ablate.py printed)."""
     out = tmp_path_factory.mktemp("out")
     args = [f"--data_dir={data_dir}", f"--out_dir={out}", *ABLATE_TINY, f"--modes={','.join(MODES)}", "--lrs=3e-3",
             "--jobs=2"]
-    return args, out / "ablate", ablate_main(*args)
+    return args, out / "ablate", unchecked_ablation(*args)
 
 
 def test_an_ablation_trains_each_run_and_tables_its_final_val_loss(ablation):
@@ -164,7 +173,7 @@ def ladder(data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("ladder")
     args = [f"--data_dir={data_dir}", f"--out_dir={out}", *ABLATE_TINY[:-1], "--max_iters=4", "--eval_interval=2",
             "--modes=pre,peri", "--seeds=1,2", "--sweep=n_layer=1,2", "--seeds_at={'n_layer': 2}", "--jobs=2"]
-    return args, out / "ablate", ablate_main(*args)
+    return args, out / "ablate", unchecked_ablation(*args)
 
 
 SIZE_PLOTS = ["size.png", "params.png"] + [f"{name}_n_layer{n}.png" for n in (1, 2)
