@@ -476,20 +476,19 @@ def a_mistake(folder, kind):
         (folder / "tiny_broken.yaml").write_text("task: tiny_broken\n  dataset_path: [json\n")
         return "tiny_mc", (f"{folder / 'tiny_broken.yaml'} is not valid YAML (mapping values are not allowed "
                            "here, line 2)")
-    if kind == "missing include":
-        (folder / "tiny_incl.yaml").write_text("include: tiny_base.yaml\ntask: tiny_incl\n")
-        return "tiny_incl", f"{folder / 'tiny_incl.yaml'} includes tiny_base.yaml, which is not in {folder}"
-    return "tiny_nosuch", "unknown task 'tiny_nosuch'"
+    assert kind == "missing include", kind
+    (folder / "tiny_incl.yaml").write_text("include: tiny_base.yaml\ntask: tiny_incl\n")
+    return "tiny_incl", f"{folder / 'tiny_incl.yaml'} includes tiny_base.yaml, which is not in {folder}"
 
 
 @pytest.mark.parametrize("kind, tools", [("missing data file", "eval ablate"), ("broken YAML", "eval"),
-                                         ("missing include", "eval"), ("unknown task", "ablate")])
+                                         ("missing include", "eval")])
 def test_a_task_that_cannot_load_is_one_line_before_any_model_or_run(kind, tools, out_dir, tmp_path,
                                                                       monkeypatch):
     """eval.py (and its --dry_run, and ablate.py's --eval_tasks, checked by that dry run in a process of its
     own before any training) names the task or file and its mistake in one line, before it loads a model;
-    nothing is written. (An unknown name goes through ablate.py alone: each look indexes lm-eval's 15,000
-    tasks.)"""
+    nothing is written. (An unknown name: test_settings_no_evaluation_can_use_are_one_line_before_any_model,
+    as each look indexes lm-eval's 15,000 tasks; ablate.py passes on eval.py's line as it does here.)"""
     name, message = a_mistake(tmp_path / "tasks", kind)
     before = file_hashes(out_dir)
     monkeypatch.setattr(checkpoint, "load_model", tripwire)
@@ -564,8 +563,9 @@ def test_the_dry_run_loads_the_tasks_and_writes_nothing(out_dir, tasks_dir, caps
 def test_ctrl_c_while_scoring_is_one_line_and_exit_130(out_dir, tmp_path):
     """A real SIGINT to python eval.py while lm-eval scores, the deepest stack: once 200 lines of traceback."""
     (tmp_path / "tasks").mkdir()
-    # 24,000 requests, one per batch: far more than the two refreshes of the bar take, even on a loaded machine
-    write_task(tmp_path / "tasks", "tiny_long", MC_DOCS * 1000, **MC)
+    # 7,200 requests, one per batch: seconds of scoring, far more than the two refreshes of the bar take, even on
+    # a loaded machine (each thousand more requests is a second more of building them before the scoring starts)
+    write_task(tmp_path / "tasks", "tiny_long", MC_DOCS * 300, **MC)
     (tmp_path / "run").mkdir()
     shutil.copy(out_dir / "ckpt.pt", tmp_path / "run" / "ckpt.pt")
     before = file_hashes(tmp_path / "run")
@@ -583,15 +583,32 @@ def test_ctrl_c_while_scoring_is_one_line_and_exit_130(out_dir, tmp_path):
     assert file_hashes(tmp_path / "run") == before
 
 
-def test_an_evaluation_that_fails_after_training_makes_the_ablation_an_error(data_dir, tmp_path):
-    """The task loads (the dry run passes), but this character-level model cannot score it: the run trains,
+ABLATION = ["--max_iters=2", "--eval_interval=2", "--modes=pre", "--seeds=1"]  # one run: pre_lr0.01_s1
+
+
+@pytest.fixture(scope="module")
+def ablated_run(data_dir, tmp_path_factory):
+    """The run of an ablation (TINY + ABLATION) that trained and finished, evaluated on no task yet: the tests
+    below copy it into an ablation of their own, which then scores it (train.py starting twice a test, for its
+    check and its run, is most of what training costs here). Trained without the check before training: a
+    valid run, and the check is tests/test_ablate.py's subject."""
+    out = tmp_path_factory.mktemp("ablated")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ablate, "check_before_training", lambda *_: None)
+        ablate.main([f"--data_dir={data_dir}", f"--out_dir={out}", *TINY, *ABLATION])
+    assert json.loads((out / "ablate" / "results.json").read_text())["groups"][0]["finished"] == 1
+    return out / "ablate" / "pre_lr0.01_s1"
+
+
+def test_an_evaluation_that_fails_after_training_makes_the_ablation_an_error(ablated_run, data_dir, tmp_path):
+    """The task loads (the dry run passes), but this character-level model cannot score it: the run has trained,
     its evaluation fails, and ablate.py exits with an error naming it, not 0 with a table lacking the task."""
     (tmp_path / "tasks").mkdir()
     write_task(tmp_path / "tasks", "tiny_euro", [dict(question="It costs 5", choices=["€", "$"], answer=0)],
                **MC)
+    shutil.copytree(ablated_run, tmp_path / "ablate" / ablated_run.name)
     with pytest.raises(SystemExit) as e:
-        ablate.main([f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--max_iters=2", "--modes=pre",
-                     "--eval_interval=2", "--seeds=1", "--eval_tasks=tiny_euro",
+        ablate.main([f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, *ABLATION, "--eval_tasks=tiny_euro",
                      f"--eval_include_path={tmp_path / 'tasks'}"])
     assert str(e.value.code) == "error: of 1 runs, 1 were not evaluated (pre_lr0.01_s1: see their eval.log)"
     log = (tmp_path / "ablate" / "pre_lr0.01_s1" / "eval.log").read_text()
@@ -691,10 +708,11 @@ def test_eval_scores_a_local_gpt2_as_the_reference_row(gpt2_dir, tasks_dir, ll_d
 
 # ------------------------------------------------------------------------------------- ablate.py --eval_tasks
 
-def test_ablate_scores_each_finished_run_once_and_tables_it(data_dir, tasks_dir, tmp_path, monkeypatch):
-    args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--max_iters=5", "--eval_interval=5",
-            "--modes=pre", "--seeds=1", "--eval_tasks=tiny_mc,tiny_ll", "--eval_limit=4",
-            f"--eval_include_path={tasks_dir}"]
+def test_ablate_scores_each_finished_run_once_and_tables_it(ablated_run, data_dir, tasks_dir, tmp_path,
+                                                            monkeypatch):
+    shutil.copytree(ablated_run, tmp_path / "ablate" / ablated_run.name)  # finished, not scored
+    args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, *ABLATION, "--eval_tasks=tiny_mc,tiny_ll",
+            "--eval_limit=4", f"--eval_include_path={tasks_dir}"]
     ablate.main(args)
     report = json.loads((tmp_path / "ablate" / "pre_lr0.01_s1" / "eval.json").read_text())
     assert (report["settings"]["tasks"], report["settings"]["limit"]) == ("tiny_mc,tiny_ll", 4)
