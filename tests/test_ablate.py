@@ -77,7 +77,8 @@ def test_a_preset_runs_as_the_settings_it_names(ablation):
     _, root, _ = ablation
     config = {entry: json.loads((root / f"{entry}_lr0.003_s1" / "config.json").read_text())["config"]
               for entry in ("peri", "dyt", "sandwich", "pre")}
-    for entry, settings in PRESETS.items():
+    for entry in ("peri", "dyt"):  # the presets this ablation trains
+        settings = PRESETS[entry]
         assert {k: config[entry][k] for k in settings} == settings
     assert (config["sandwich"]["embed_norm"], config["pre"]["norm_type"]) == (False, "norm")
 
