@@ -37,14 +37,15 @@ MODE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                "#5254a3", "#8ca252", "#bd9e39", "#ad494a", "#a55194",
                "#6b6ecf", "#b5cf6b", "#e7ba52", "#d6616b", "#ce6dbd",
                "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#7b4173", "#637939")
-# The settings that belong to one mode, by their prefix: sweeping one varies only that mode (ablate.py), and
-# a legend names it without the prefix (geonorm alpha=3.0)
-MODE_OF_PREFIX = {"geo_": "geonorm", "sandwich_": "sandwich", "simplenorm_": "simplenorm", "lns_": "lns",
-                  "mixln_": "mixln", "hybrid_": "hybrid", "dyt_": "dyt", "normformer_": "normformer",
-                  "subln_": "subln", "derf_": "derf", "layerscale_": "layerscale"}
-# The settings of a switch, by their prefix: sweeping one varies the entries the switch is on in
+# The settings of a switch, by their prefix, and the setting and value that turn it on: sweeping one varies
+# the entries the switch is on in; its preset bears the value's name (dyt, derf, layerscale)
 SWITCH_OF_PREFIX = {"dyt_": ("norm_type", "dyt"), "derf_": ("norm_type", "derf"),
                     "layerscale_": ("res_scale", "layerscale")}
+# The settings that belong to one mode or switch, by their prefix: sweeping one varies only that mode
+# (ablate.py), and a legend names it without the prefix (geonorm alpha=3.0)
+MODE_OF_PREFIX = {"geo_": "geonorm", "sandwich_": "sandwich", "simplenorm_": "simplenorm", "lns_": "lns",
+                  "mixln_": "mixln", "hybrid_": "hybrid", "normformer_": "normformer", "subln_": "subln",
+                  **{prefix: value for prefix, (_, value) in SWITCH_OF_PREFIX.items()}}
 SIZES = ("n_layer", "n_embd")  # the settings a size sweep varies: its figures plot final loss against them
 PREFIX_OF_MODE = {mode: prefix for prefix, mode in MODE_OF_PREFIX.items()}
 
