@@ -1,4 +1,4 @@
-"""normgpt's GPT: nanoGPT's GPT-2, or a Llama-style block, with fourteen places to put the norm.
+"""normgpt's GPT: nanoGPT's GPT-2, or a Llama-style block, with fifteen places to put the norm.
 
 A norm mode is an equation: a branch of `Block.join`, which joins a sub-layer f (attention or MLP)
 to the residual stream x. docs/spec.md is the specification; § in comments refer to its sections.
@@ -18,6 +18,7 @@ to the residual stream x. docs/spec.md is the specification; § in comments refe
     normformer  x + LN(f(LN(x))), f head-scaled;      NormFormer (arXiv 2110.09456)
                 x + f(LN(x)), LN inside the MLP
     subln       x + f(LN(x)), LN before W_o and W₂    Sub-LN / Magneto (arXiv 2210.06423)
+    rezero      x + α·f(x), no norm at all            ReZero (arXiv 2003.04887)
 
 Switches act on the placements they fit (§13, §14): embed_norm, a norm on x_0 (Peri-LN is
 sandwich with it); norm_type 'dyt' or 'derf', a pointwise γ⊙tanh(α·x) + β (arXiv 2503.10622) or
@@ -34,10 +35,12 @@ Besides its branch, a mode or switch acts in these places, and nowhere else:
     MLP                  simplenorm's norms after W₁, W₃, W₂; ngpt's s_v, s_u; subln's and
                          normformer's norm before W₂
     Block.__init__       the block's norms, constants (α, a_k, 1/√k), its mode (mixln, hybrid_star),
-                         its learned scales (ngpt's α, res_scale's, x0_mix's, w_resid, GPAS's g)
+                         its learned scales (ngpt's α, rezero's α, res_scale's, x0_mix's, w_resid,
+                         GPAS's g)
     Block.add, gpas      res_scale's scales and GPAS, on the additive joins
     Block.forward        x0_mix, before the block
-    GPT.__init__         the final norm ln_f (none: post, deep, ngpt); ln_emb, DyT's s, ngpt's s_z
+    GPT.__init__         the final norm ln_f (none: post, deep, ngpt, rezero); ln_emb, DyT's s,
+                         ngpt's s_z
     GPT.init_weights     deep's Xavier init with gain β, sandwich's gains, lns's plain W_o, subln's
                          gain, ngpt's projection
     GPT.embed, forward   geonorm's radius √d, DyT's s, ngpt's unit x_0 and its logit scale s_z
@@ -59,7 +62,7 @@ ARCHS = ("gpt2", "llama")
 NORM_MODES = (
     "post", "pre", "deep", "sandwich", "geonorm", "simplenorm",  # version 2's
     "lns", "mixln", "reorder", "hybrid", "ngpt",  # §13's
-    "normformer", "subln",  # §14's
+    "normformer", "subln", "rezero",  # §14's
 )
 # the family's LayerNorm or RMSNorm, or a pointwise function in its place: Dynamic Tanh or erf
 NORM_TYPES = ("norm", "dyt", "derf")
@@ -215,6 +218,8 @@ class GPTConfig:
              f"{mode} normalizes q and k per head already: set qk_norm=False"),
             (self.qk_axis == "per_head" and mode == "simplenorm",
              "simplenorm normalizes q and k over all heads already (§7.1): set qk_norm=False"),
+            (mode == "rezero" and self.embed_norm,
+             "rezero has no norms, so none on x_0 either: set embed_norm=False"),
             (mode == "ngpt" and (self.bias or self.embed_norm or grouped),
              "ngpt needs bias=False, embed_norm=False and n_kv_head=None: its rows are "
              "directions, x_0 is a unit vector already, q and k share s_qk"),
@@ -573,6 +578,8 @@ class Block(nn.Module):
         L = config.n_layer
         scale_resids = self.mode == "normformer" and config.normformer_scale_resids
         self.w_resid = nn.Parameter(torch.ones(d)) if scale_resids else None  # NormFormer's
+        # ReZero's α, one for both sub-layers (the authors' resweight): the identity at 0
+        self.resweight = nn.Parameter(torch.zeros(1)) if self.mode == "rezero" else None
         # GPAS's g: the identity at 0
         self.gpas_gate = nn.Parameter(torch.zeros(1)) if config.gpas else None
         layerscale = config.res_scale == "layerscale"  # CaiT's γ_1, γ_2 (§14.2)
@@ -619,6 +626,8 @@ class Block(nn.Module):
             return self.add(skip, out_norm(f(norm(x))), j)
         if self.mode == "subln":  # x + f(LN(x)), f with a norm before W_o and W₂   torchscale
             return self.add(x, f(norm(x)), j)
+        if self.mode == "rezero":  # x + α·f(x), no norm                ReZero (RZTX)
+            return x + self.resweight * f(x)
         raise ValueError(f"unknown norm_mode {self.mode!r}: choose one of {', '.join(NORM_MODES)}")
 
     def add(self, x, y, j):
@@ -657,9 +666,9 @@ class GPT(nn.Module):
             ln_emb=family_norm(config, d, "ffn") if config.embed_norm else nn.Identity(),
             h=nn.ModuleList([Block(config, k) for k in range(1, config.n_layer + 1)]),
         ))
-        # no final norm after a post block's norm (post, deep, all-post mixln) or ngpt's unit
-        # vector (§3, §4)
-        if self.transformer.h[-1].mode in ("post", "deep", "ngpt"):
+        # no final norm after a post block's norm (post, deep, all-post mixln), ngpt's unit
+        # vector (§3, §4), or in rezero, which has none at all (§14.2)
+        if self.transformer.h[-1].mode in ("post", "deep", "ngpt", "rezero"):
             self.transformer.ln_f = nn.Identity()
         elif mode == "simplenorm":
             self.transformer.ln_f = rms_norm(config, d)

@@ -115,6 +115,7 @@ weight_decay = 0.1  # on matrices and embeddings, not on biases and norm gains
 beta1 = 0.9  # AdamW beta1
 beta2 = 0.99  # AdamW beta2
 grad_clip = 1.0  # clip the gradient norm at this value; 0: no clipping
+gpas_gate_clip = 0.0  # gpas: then clip the gates' gradient norm alone at this value; 0: no clipping
 # learning-rate schedule
 lr_schedule = "cosine"  # 'cosine', or 'wsd': warmup, stable, then a linear decay
 warmup_iters = 100  # linear warmup steps
@@ -136,7 +137,8 @@ dry_run = False  # check the settings, data and checkpoint, print the plan and e
 # checks the model's); a seed is at most 2**64 - 1
 RANGES = dict(batch_size=1, gradient_accumulation_steps=1, eval_interval=1, eval_iters=1,
               log_interval=1, max_iters=0, warmup_iters=0, lr_decay_iters=0, total_batch_size=0,
-              learning_rate=0, min_lr=0, weight_decay=0, grad_clip=0, peak_flops=0,
+              learning_rate=0, min_lr=0, weight_decay=0, grad_clip=0, gpas_gate_clip=0,
+              peak_flops=0,
               seed="[0, 1e19)", beta1="[0, 1)", beta2="[0, 1)", wsd_decay_frac="[0, 1]",
               init_from=("scratch", "resume", *GPT2_NAMES), lr_schedule=("cosine", "wsd"),
               backend=("auto", "nccl", "gloo"), dtype=devices.DTYPES, parallel=("ddp", "fsdp"))
@@ -159,6 +161,9 @@ def configure(argv):
         # the given stay
         cfg |= {k: v for k, v in ckpt["config"].items() if k in cfg and k not in given}
         checkpoint.check_resume(ckpt, given, types.SimpleNamespace(**cfg))
+    if cfg["gpas_gate_clip"] and not cfg["gpas"]:
+        sys.exit(f"error: gpas_gate_clip={cfg['gpas_gate_clip']!r} clips GPAS's gates, but gpas is "
+                 "off: set gpas=True, or gpas_gate_clip=0")
     if cfg["parallel"] == "fsdp" and cfg["log_layer_stats"]:
         sys.exit("error: log_layer_stats needs the whole model in one process: "
                  "use parallel='ddp' for it")
@@ -388,6 +393,9 @@ def run_training(cfg, proc, ckpt, meta, data, config):
             loss, batch = train_step(train_model, data, cfg, proc, run.step, batch)
             grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(),
                                                        cfg.grad_clip or math.inf)
+            if cfg.gpas_gate_clip:  # GPAS's authors: the gates' own norm, after the global clip
+                gates = [p for name, p in raw_model.named_parameters() if name.endswith("gpas_gate")]
+                torch.nn.utils.clip_grad_norm_(gates, cfg.gpas_gate_clip)
             if isinstance(grad_norm, DTensor):  # fsdp: the norm over all shards
                 grad_norm = grad_norm.full_tensor()
             # full: no copy to wait on

@@ -1,6 +1,6 @@
 """The fair race: every lab entry at its own best learning rate, all with untied heads, at 16 blocks.
     python prepare_data.py shakespeare_char --input input.txt
-    python ablate.py configs/ablate_race_char.py                    # 168 runs: 21 entries x 4 rates x seeds 1, 2
+    python ablate.py configs/ablate_race_char.py                    # 176 runs: 22 entries x 4 rates x seeds 1, 2
     python ablate.py configs/ablate_race_char.py --sweep=n_layer=4  # the same race at 4 blocks, in the same folder
     python ablate.py configs/ablate_race_char.py --modes=pre --tie_embeddings=True --out_dir=out/race_char_tied
 The last line is the head control: pre tied, on the same grid and seeds. docs/race.md: the race.
@@ -15,7 +15,7 @@ only in their placement:
 - reorder with QK-norm over all heads, as OLMo 2 runs it.
 The time, two runs at a time on 2 cores: about 10 to 15 minutes a run (pre 0.34 s a step eager on one
 thread; torch.compile measured no faster on this CPU at this size), so about 12 hours for the first 104 (the
-ladder's 13 entries) and 8 more for §14's 8 rows, which joined the race after it started, on its grid and seeds.
+ladder's 13 entries) and 9 more for §14's 9 rows, which joined the race after it started, on its grid and seeds.
 """
 from configs.ablate_depth_char import *  # the ladder's setting: 2,000 steps, evaluations, 2 jobs
 

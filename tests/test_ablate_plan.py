@@ -90,7 +90,7 @@ def test_entry_settings_are_an_entrys_own_over_the_configs_but_not_the_sweeps(tm
     assert runs["post_lr0.002_s1337"]["own"] == {"tie_embeddings": False}
     swept = ablate.plan_runs(ablate.configure([str(config), "--sweep=tie_embeddings=True"]), tmp_path)
     assert all(r["settings"]["tie_embeddings"] for r in swept)
-    for text, message in (("{'rezero': {'dropout': 0.1}}", "unknown mode(s) rezero"),
+    for text, message in (("{'skipinit': {'dropout': 0.1}}", "unknown mode(s) skipinit"),
                           ("{'pre': {'learning_rate': 1e-3, 'seed': 2}}",
                            "entry_settings of pre sets learning_rate, seed, which ablate.py sets per run: use --modes"),
                           ("{'post': 1}", "entry_settings of post must be a dict of train.py settings, got 1"),

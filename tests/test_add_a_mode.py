@@ -1,6 +1,6 @@
-"""docs/modes.md's "Adding a norm mode" holds: its ReZero diff applies to this checkout and the new mode passes every
+"""docs/modes.md's "Adding a norm mode" holds: its SkipInit diff applies to this checkout and the new mode passes every
 test that runs for each mode; with its branch broken (x returned unchanged, or the residual dropped) they
-fail. Each case patches a copy of the repository in tmp_path and runs pytest -k rezero on it, in a
+fail. Each case patches a copy of the repository in tmp_path and runs pytest -k skipinit on it, in a
 subprocess."""
 import os
 import re
@@ -14,7 +14,7 @@ import pytest
 from model import ARCHS, NORM_MODES
 
 ROOT = Path(__file__).resolve().parents[1]
-MODE = "rezero"
+MODE = "skipinit"
 BRANCH = "+            return x + lr * f(x)\n"  # the diff's line in Block.join
 BROKEN = {"x unchanged": "+            return x\n", "no residual": "+            return lr * f(x)\n"}
 
@@ -82,7 +82,7 @@ def test_the_worked_diff_applies_as_printed_every_hunk_at_its_own_line():
     assert hunks >= 4
 
 
-def test_the_worked_diff_adds_rezero_and_it_passes_every_test_that_runs_for_each_mode(tmp_path):
+def test_the_worked_diff_adds_skipinit_and_it_passes_every_test_that_runs_for_each_mode(tmp_path):
     copy = patched_copy(tmp_path, worked_diff())
     output = pytest_on(copy, MODE, "-v")
     ran = outcomes(output)

@@ -52,6 +52,7 @@ LAB = {
                    "weight_decay": 0.0}, {"tied": False}),
     "normformer_125m": ({"norm_mode": "normformer", "normformer_scale_resids": False}, {}),
     "subln_125m": ({"norm_mode": "subln", "subln_init_gain": True}, {}),
+    "rezero_125m": ({"norm_mode": "rezero"}, {}),
     "derf_125m": ({"norm_mode": "pre", "norm_type": "derf", "derf_alpha_attn": 1.0, "derf_alpha_ffn": 1.0,
                    "derf_alpha_final": 1.0}, {}),
     "layerscale_125m": ({"norm_mode": "pre", "res_scale": "layerscale", "layerscale_init": 1e-4,
@@ -89,7 +90,7 @@ def test_the_lab_configs_cover_every_new_mode_and_switch():
 # the lab's entries whose tied head has a copy bias at init at the ablations' width (tests/test_llama.py, docs/modes.md)
 UNTIED = ("post", "deep", "geonorm", "mixln")
 NEXT_PRESETS = ("derf", "layerscale", "lambdas", "x0mix", "gpas", "qkhead")  # §14's rows that are presets
-NEXT_ROWS = ("normformer", "subln", *NEXT_PRESETS)  # untied in the lab, as the race runs every entry
+NEXT_ROWS = ("normformer", "subln", "rezero", *NEXT_PRESETS)  # untied in the lab, as the race runs every entry
 LADDER = ["post", "pre", "deep", "sandwich", "geonorm", "simplenorm", "lns", "mixln", "reorder", "hybrid",
           "ngpt", "peri", "dyt"]  # the entries the depth ladder ran, before §14's rows
 NGPT = {"warmup_iters": 0, "weight_decay": 0.0, "min_lr": 0.0}  # its authors' schedule (docs/spec.md §13.6)

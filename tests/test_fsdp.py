@@ -27,6 +27,7 @@ TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_s
         "--eval_iters=3", "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3", "--lr_decay_iters=10"]
 VARIANTS = dict(pre=[], deep=["--norm_mode=deep"], geonorm=["--norm_mode=geonorm"],
                 simplenorm=["--norm_mode=simplenorm"],
+                gpas_clipped=["--gpas=True", "--gpas_gate_clip=1e-4"],  # a clip on the gates' shards
                 llama_simplenorm_gqa=["--arch=llama", "--norm_mode=simplenorm", "--n_kv_head=1", "--multiple_of=16"])
 CLIP = 0.05  # below every gradient norm of these runs: clipping is active at every step
 # train.main, whose save of step 2 stops before DCP writes the shards, for a kill -9 to land there

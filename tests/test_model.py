@@ -448,6 +448,7 @@ EXTRA_PARAMS = {  # over pre's 124,373,760 at GPT-2 small's shape, by §9's and 
     "ngpt": -(2 * L + 1) * D + L * (2 * D + D + 4 * D) + V + V * D,  # no norms; α's, s_qk, s_v; s_z; its own head
     "normformer": L * (D + 4 * D + 12),  # §14.3: +46,224 (ln_1_out, ffn_ln over 4d, a head scale per head)
     "subln": L * 5 * D,  # §14.4: +46,080 (inner_ln, ffn_ln over 4d)
+    "rezero": -(2 * L + 1) * D + L,  # §14.2: −19,188 (no ln_1, ln_2, ln_f; one α per block)
 }
 
 
@@ -606,6 +607,7 @@ JOINS = {
     "ngpt": lambda b, x, f, n, o, a, j: unit(unit(x) + (a * 0.05 * 64 ** 0.5).abs() * (unit(f(x)) - unit(x))),
     "normformer": lambda b, x, f, n, o, a, j: (b.w_resid * x if j and b.w_resid is not None else x) + o(f(n(x))),
     "subln": lambda b, x, f, n, o, a, j: x + f(n(x)),
+    "rezero": lambda b, x, f, n, o, a, j: x + b.resweight * f(x),
 }
 
 
@@ -757,7 +759,8 @@ def test_estimate_mfu_of_a_hand_counted_model():
     (dict(norm_type="tanh"), ("norm_type", "'tanh'", "norm, dyt, derf")),
     *((dict(norm_mode=mode, norm_type=kind), (f"norm_type='{kind}'", f"norm_mode='{mode}'",
                                               ", ".join(M.POINTWISE_MODES)))
-      for mode in ("post", "deep", "mixln", "simplenorm", "ngpt") for kind in ("dyt", "derf")),
+      for mode in ("post", "deep", "mixln", "simplenorm", "ngpt", "rezero")
+      for kind in ("dyt", "derf")),
     (dict(derf_alpha_ffn=0.0), ("derf_alpha_ffn", "> 0")),
     (dict(norm_mode="hybrid", qk_norm=True), ("hybrid", "per head already", "qk_norm=False")),
     (dict(norm_mode="ngpt", qk_norm="per_head"), ("ngpt", "per head already", "qk_norm=False")),
@@ -769,12 +772,13 @@ def test_estimate_mfu_of_a_hand_counted_model():
     (dict(res_scale="rezero"), ("res_scale", "'rezero'", "none, layerscale, lambda")),
     *((dict(norm_mode=mode, res_scale="lambda"), ("res_scale='lambda'", f"norm_mode='{mode}'",
                                                   ", ".join(M.ADDITIVE_MODES), "res_scale='none'"))
-      for mode in ("post", "deep", "geonorm", "hybrid", "mixln", "ngpt")),
+      for mode in ("post", "deep", "geonorm", "hybrid", "mixln", "ngpt", "rezero")),
     *((dict(norm_mode=mode, x0_mix=True), ("x0_mix", f"norm_mode='{mode}'", "x0_mix=False"))
-      for mode in ("post", "deep", "geonorm", "hybrid", "mixln", "ngpt")),
+      for mode in ("post", "deep", "geonorm", "hybrid", "mixln", "ngpt", "rezero")),
     *((dict(norm_mode=mode, gpas=True), ("gpas", f"norm_mode='{mode}'", ", ".join(M.GPAS_MODES),
                                          "gpas=False"))
-      for mode in ("post", "geonorm", "simplenorm", "reorder", "hybrid", "ngpt", "normformer", "subln")),
+      for mode in ("post", "geonorm", "simplenorm", "reorder", "hybrid", "ngpt", "normformer", "subln",
+                   "rezero")),
 ])
 def test_invalid_config_raises_one_line_error(overrides, words):
     with pytest.raises(ValueError) as info:

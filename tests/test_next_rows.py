@@ -1,8 +1,8 @@
 """docs/spec.md §14, the field's next rows, one test per property, named after §14's test ids: the
 QK-norm axis (Q), GPAS (G), Derf (F), the residual scales res_scale and x0_mix (S), NormFormer (NF)
-and Sub-LN (SL). Equations are checked in float64 on randomized weights, against each row's host
+Sub-LN (SL) and ReZero (S4, S6). Equations are checked in float64 on randomized weights, against each row's host
 mode where §14 says it reduces to it. The generic tests of every mode (test_model.py) run for
-normformer and subln too."""
+normformer, subln and rezero too."""
 import math
 import types
 
@@ -332,9 +332,63 @@ def test_x0_mix_S3_the_embedding_learns_through_x0():
     assert model.transformer.wpe.weight.grad.abs().sum() > 0
 
 
+# ---------------------------------------------------------------- §14.2 rezero
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rezero_S4_the_identity_network_at_init_with_logits_x0_times_the_head(arch):
+    """α = 0: every block passes x_0 through, and with no ln_f the head reads x_0 itself."""
+    model = randomize(build64("rezero", arch=arch))
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.resweight.zero_()
+        idx = batch(model.config)[0]
+        x0 = model.embed(idx)
+        torch.testing.assert_close(logits_of(model, idx), model.lm_head(x0), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rezero_S4_one_alpha_serves_both_sub_layers_and_no_norm_is_left(arch):
+    model = randomize(build64("rezero", arch=arch, qk_norm="per_head"))
+    block = model.transformer.h[1]
+    x = stream()
+    rope = rope_rows(model, 8)
+    with torch.no_grad():
+        block.resweight.fill_(0.5)
+        h = x + 0.5 * block.attn(x, 0, rope)
+        torch.testing.assert_close(block(x, 0, rope), h + 0.5 * block.mlp(h))
+    names = [n for n, _ in model.named_parameters()]
+    # qk_norm acts inside attention, not on the stream: the only norm gains rezero allows
+    assert not [n for n in names if ("ln" in n or "norm" in n) and "_norm" not in n], names
+    assert [n for n in names if "resweight" in n] == [f"transformer.h.{i}.resweight" for i in range(3)]
+    assert all(p.shape == (1,) and p.item() == 0 for p in build64("rezero").parameters()
+               if p.dim() == 1 and p.numel() == 1)
+
+
+def test_rezero_S5_counts_and_alpha_is_not_decayed():
+    assert extra_params("rezero") == -(2 * 12 + 1) * 768 + 12 == -19_188
+    assert extra_params("rezero", bias=True) - extra_params("pre", bias=True) == -38_388
+    model = build64("rezero")
+    decayed, plain = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu").param_groups
+    alphas = [p for n, p in model.named_parameters() if "resweight" in n]
+    assert len(alphas) == 3 and all(any(p is q for q in plain["params"]) for p in alphas)
+
+
+@pytest.mark.parametrize("setting", [dict(embed_norm=True), dict(norm_type="dyt"),
+                                     dict(norm_type="derf"), dict(res_scale="layerscale"),
+                                     dict(x0_mix=True), dict(gpas=True)])
+def test_rezero_S6_a_norm_or_a_residual_switch_is_an_error(setting):
+    name = next(iter(setting))
+    with pytest.raises(ValueError) as info:
+        GPTConfig(n_layer=2, n_head=4, n_embd=64, vocab_size=65, norm_mode="rezero", **setting)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "rezero" in message and name in message and f"{name}=" in message, message
+
+
 ROWS = [dict(qk_norm="per_head"), dict(gpas=True), dict(norm_type="derf"),
         dict(res_scale="layerscale"), dict(res_scale="lambda"), dict(x0_mix=True),
-        dict(norm_mode="normformer", normformer_scale_resids=True), dict(norm_mode="subln")]
+        dict(norm_mode="normformer", normformer_scale_resids=True), dict(norm_mode="subln"),
+        dict(norm_mode="rezero")]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -498,6 +552,7 @@ def settings_error(*argv):
     (("--norm_mode=deep", "--res_scale=layerscale"), ("res_scale='layerscale'", "res_scale='none'")),
     (("--norm_mode=ngpt", "--x0_mix"), ("x0_mix", "x0_mix=False")),
     (("--norm_mode=post", "--norm_type=derf"), ("norm_type='derf'", "norm_mode='post'")),
+    (("--norm_mode=rezero", "--embed_norm"), ("rezero", "embed_norm=False")),
 ])
 def test_rows_ruled_out_are_one_line_errors_from_the_command_line(argv, words):
     message = settings_error(*argv)
@@ -511,7 +566,7 @@ def test_every_row_is_reachable_from_the_command_line():
     config = configurator.model_config(types.SimpleNamespace(**cfg), GPT2_META)
     assert (config.qk_norm, config.norm_type, config.res_scale) == ("per_head", "derf", "lambda")
     assert config.x0_mix and config.gpas and config.pointwise_bias is False
-    for mode in ("normformer", "subln"):
+    for mode in ("normformer", "subln", "rezero"):
         cfg, _ = configurator.parse_settings([f"--norm_mode={mode}"], ROOT / "train.py")
         assert configurator.model_config(types.SimpleNamespace(**cfg), GPT2_META).norm_mode == mode
 
@@ -527,6 +582,6 @@ def test_layerscale_and_x0mix_copy_the_current_token_with_a_tied_head_and_the_ot
                 "qkhead": dict(qk_norm="per_head")}
     assert all(copy_probability("pre", True, **s) > 0.3 for s in biased.values())
     assert all(copy_probability("pre", True, **s) < 1e-3 for s in unbiased.values())
-    assert all(copy_probability(mode, True) < 1e-3 for mode in ("normformer", "subln"))
+    assert all(copy_probability(mode, True) < 1e-3 for mode in ("normformer", "subln", "rezero"))
     assert 5e-3 < copy_probability("pre", True, norm_type="derf") < 3e-2
     assert all(copy_probability("pre", False, **s) < 1e-3 for s in biased.values())

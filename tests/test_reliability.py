@@ -396,6 +396,8 @@ MISTAKES = {  # what is planted: (arguments, what the one line says); resume=Tru
     "fsdp on nccl on a CPU": (["--device=cpu", "--parallel=fsdp", "--backend=nccl"], "backend='nccl'"),
     "a GPU that is not there": (["--device=cuda:99"], "device 'cuda:99' is not usable here"),
     "layer stats under fsdp": (["--parallel=fsdp", "--log_layer_stats=True"], "log_layer_stats needs"),
+    "a gate clip without gates": (["--gpas_gate_clip=0.01"], "gpas_gate_clip=0.01 clips GPAS's gates, but"),
+    "a negative gate clip": (["--gpas", "--gpas_gate_clip=-1"], "gpas_gate_clip must be at least 0"),
     "accumulation that does not split": (["--gradient_accumulation_steps=3"],
                                          "gradient_accumulation_steps=3 does not split"),
     "resume: another vocabulary": (["--dataset=upper", "resume"], "but upper has another vocabulary"),

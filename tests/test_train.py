@@ -513,6 +513,29 @@ def test_gradient_clipping_scales_the_gradient_the_optimizer_steps_with(data_dir
         torch.testing.assert_close(clipped_grad, raw_grad * 0.05 / norms[0])
 
 
+def test_gpas_gate_clip_scales_the_gates_gradient_alone_after_the_global_clip(data_dir, tmp_path):
+    """GPAS's authors' --clip_gate_grad: the optimizer steps with what grad_clip leaves, but the gates'
+    part scaled to norm c where it exceeds c, every other gradient as it was (the same first step: same
+    weights, same batch). A c above every norm steps exactly as none."""
+    args = ("--max_iters=3", "--gpas=True", "--grad_clip=0.05")
+    grads = {}
+    for name, clip in (("none", "0"), ("tight", "1e-7"), ("loose", "1e9")):
+        with optimizer_gradients() as grads[name]:
+            run(data_dir, tmp_path / name, *args, f"--gpas_gate_clip={clip}")
+    gates = lambda step: [g for g in step if g.numel() == 1]  # the only (1,) parameters here
+    others = lambda step: [g for g in step if g.numel() > 1]
+    first, tight = grads["none"][0], grads["tight"][0]
+    assert len(gates(first)) == 2 and global_norm(gates(first)) > 1e-7
+    for plain, clipped in zip(gates(first), gates(tight)):
+        torch.testing.assert_close(clipped, plain * 1e-7 / global_norm(gates(first)))
+    assert all(torch.equal(a, b) for a, b in zip(others(first), others(tight)))
+    # at every step; a little under c, as clip_grad_norm_ divides by the norm + 1e-6
+    assert all(0.95e-7 < global_norm(gates(step)) <= 1e-7 for step in grads["tight"])
+    for step, loose in zip(grads["none"], grads["loose"], strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(step, loose, strict=True))
+    assert losses(tmp_path / "loose") == losses(tmp_path / "none") != losses(tmp_path / "tight")
+
+
 def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_loadable(data_dir, tmp_path, monkeypatch):
     run(data_dir, tmp_path, "--max_iters=5")
 
