@@ -27,7 +27,6 @@ Before any run starts, eval.py loads the eval tasks and train.py checks each run
 a mistake is one line, with nothing trained; --dry_run stops there. A run that fails or is not evaluated makes
 the exit status 1.
 """
-import difflib
 import itertools
 import json
 import os
@@ -96,10 +95,9 @@ def check_names(argv):
     for arg in (arg for arg in argv if arg.startswith("--")):
         name = arg[2:].partition("=")[0]
         if name not in own and name not in train and "ablate_" + name not in own:
-            short = [n.removeprefix("ablate_") for n in own]
-            guess = [f"--{g}" for g in difflib.get_close_matches(name, short, n=1)] or [
-                repr(g) for g in difflib.get_close_matches(name, train, n=1)]
-            hint = f"did you mean {guess[0]}?" if guess else "python ablate.py --help lists them all"
+            short = {n.removeprefix("ablate_"): f"--{n.removeprefix('ablate_')}" for n in own}
+            hint = configurator.did_you_mean(name, short, {n: repr(n) for n in train},
+                                             otherwise="python ablate.py --help lists them all")
             sys.exit(f"error: unknown setting {name!r} in {arg}: {hint}")
 
 

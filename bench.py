@@ -28,7 +28,6 @@ train.py makes it), and another dataset not prepared is a one-line error naming 
 import contextlib
 import ctypes
 import dataclasses
-import difflib
 import gc
 import json
 import statistics
@@ -103,9 +102,9 @@ def check_names(argv):
         if name in configurator.read_settings(TRAIN):
             sys.exit(f"error: bench.py does not use {name} ({arg}): it measures one process's training step, "
                      "sampling and data loading; python bench.py --help lists the settings that shape them")
-        guess = [f"--{g}" for g in difflib.get_close_matches(name, own, n=1)] or [
-            repr(g) for g in difflib.get_close_matches(name, sorted(MEASURED), n=1)]
-        hint = f"did you mean {guess[0]}?" if guess else "python bench.py --help lists them all"
+        hint = configurator.did_you_mean(name, {n: f"--{n}" for n in own},
+                                         {n: repr(n) for n in sorted(MEASURED)},
+                                         otherwise="python bench.py --help lists them all")
         sys.exit(f"error: unknown setting {name!r} in {arg}: {hint}")
 
 

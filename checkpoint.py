@@ -235,14 +235,6 @@ def load_model(out_dir, device):
     return model.eval(), meta
 
 
-def start_token(meta):
-    """The token a text without a prompt starts after: GPT-2's <|endoftext|>, else a character vocabulary's
-    newline (its index in the sorted table); None when the vocabulary has neither."""
-    if meta["eot_token"] is not None:
-        return meta["eot_token"]
-    return meta["chars"].index("\n") if "\n" in meta["chars"] else None
-
-
 def cause(e):
     """A failed load's error; DCP's, its first failing rank's (its own names only the ranks)."""
     return next(iter(e.failures.values()))[0] if isinstance(e, dcp.CheckpointException) else e

@@ -57,12 +57,21 @@ def outside(value, bounds):
     return None if above and below else f"in {text}" if isinstance(bounds, str) else f"at least {bounds}"
 
 
+def did_you_mean(name, *spellings, otherwise):
+    """The hint for an unknown name: 'did you mean X?' for the nearest candidate, looked for in each of
+    spellings ({candidate: how the hint writes it}) in turn, else otherwise (where the names are listed)."""
+    for spelling in spellings:
+        if guess := difflib.get_close_matches(name, list(spelling), n=1):
+            return f"did you mean {spelling[guess[0]]}?"
+    return otherwise
+
+
 def checked(name, value, settings, where, ranges=None):
     """value as setting name's type (an int where a float goes is fine) and within ranges[name] (the script's
     own table of ranges and choices, where it has one), else a one-line error."""
     if name not in settings:
-        guess = difflib.get_close_matches(name, settings, n=1)
-        hint = f"did you mean {guess[0]!r}?" if guess else f"python {Path(sys.argv[0]).name} --help lists them all"
+        hint = did_you_mean(name, {s: repr(s) for s in settings},
+                            otherwise=f"python {Path(sys.argv[0]).name} --help lists them all")
         sys.exit(f"error: unknown setting {name!r} in {where}: {hint}")
     accepts = settings[name][1]
     if type(value) is int and float in accepts:

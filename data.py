@@ -330,3 +330,11 @@ def get_tokenizer(meta):
         return [stoi[c] for c in text]
 
     return encode, lambda ids: "".join(chars[i] for i in ids)
+
+
+def start_token(meta):
+    """The token a text without a prompt starts after: GPT-2's <|endoftext|>, else a character vocabulary's
+    newline (its index in the sorted table); None when the vocabulary has neither."""
+    if meta["eot_token"] is not None:
+        return meta["eot_token"]
+    return meta["chars"].index("\n") if "\n" in meta["chars"] else None

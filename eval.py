@@ -19,7 +19,6 @@ local files through --include_path (README: Evaluation). Under torchrun every pr
 model and scores its share of the examples. A character-level model cannot do these tasks: it stops at
 the first character outside its table and scores at chance where it runs; they need GPT-2 BPE.
 """
-import difflib
 import os
 import time
 from pathlib import Path
@@ -75,7 +74,7 @@ class GPTAdapter(TemplateLM):
         super().__init__()
         self.model, self.meta, self.batch_size = model, meta, batch_size
         self.encode, self.decode = data.get_tokenizer(meta)
-        self.start = checkpoint.start_token(meta)  # <|endoftext|>, or a character table's newline
+        self.start = data.start_token(meta)  # <|endoftext|>, or a character table's newline
         if self.start is None:
             raise SystemExit("error: this character vocabulary has neither <|endoftext|> nor a newline to "
                              "start a text after: the tasks need a BPE model (--tokenizer gpt2 data)")
@@ -243,9 +242,10 @@ def task_manager(include_path, names):
         manager = TaskManager(include_path=include_path or None)
     for name in names:
         if name not in manager.all_tasks and not os.path.isfile(name):  # lm-eval also takes a YAML's path
-            guess = difflib.get_close_matches(name, manager.all_tasks, n=1)
-            raise SystemExit(f"error: unknown task {name!r}: " + (f"did you mean {guess[0]!r}?" if guess else
-                             "`lm-eval ls tasks` lists lm-eval's own; add yours with --include_path=DIR"))
+            hint = configurator.did_you_mean(
+                name, {task: repr(task) for task in manager.all_tasks},
+                otherwise="`lm-eval ls tasks` lists lm-eval's own; add yours with --include_path=DIR")
+            raise SystemExit(f"error: unknown task {name!r}: {hint}")
     return manager
 
 

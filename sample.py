@@ -23,7 +23,7 @@ import torch
 import checkpoint
 import configurator
 import devices
-from data import first_line, get_tokenizer, run_cli
+from data import first_line, get_tokenizer, run_cli, start_token
 
 # settings: the assignments between the two rulers, read by configurator.py (python sample.py --help)
 # --------------------------------------------------------------------------------------------------
@@ -60,7 +60,7 @@ def prompt_ids(text, encode, meta):
     """The prompt as token ids; an empty prompt is the start token: GPT-2's <|endoftext|>, else a newline."""
     if text:
         return encode(text)  # a character-level encode names the characters it does not know
-    if (token := checkpoint.start_token(meta)) is not None:
+    if (token := start_token(meta)) is not None:
         return [token]
     raise SystemExit("error: an empty --start needs a start token, and this character vocabulary has neither "
                      "<|endoftext|> nor a newline; give a prompt: --start=TEXT")

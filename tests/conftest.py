@@ -59,6 +59,13 @@ def error_of(call, *args, **kwargs):
     return message
 
 
+def mentions(message, *words):
+    """The words that matter (the setting's name, the value, the fix) are all in message: its meaning, not its
+    wording, is checked; a failure names the words missing."""
+    missing = [w for w in words if w not in message]
+    assert not missing, f"{missing} not in {message!r}"
+
+
 @pytest.fixture(scope="session")
 def shakespeare_text():
     """tiny Shakespeare when ../shared has it, else a generated text with a similar alphabet."""

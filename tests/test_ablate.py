@@ -12,7 +12,7 @@ import pytest
 import ablate
 import plots
 from configurator import PRESETS
-from conftest import ABLATE_TINY, PLOTS, ablate_main, error_of, log_events, table_rows
+from conftest import ABLATE_TINY, PLOTS, ablate_main, error_of, log_events, mentions, table_rows
 
 
 
@@ -161,9 +161,8 @@ def test_dry_run_checks_every_run_and_trains_none(data_dir, tmp_path, capsys):
     args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *ABLATE_TINY, "--modes=pre,dyt", "--dry_run"]
     assert ablate_main(*args).strip() == (f"dry run: every check passed; 2 of 2 runs would train in "
                                           f"{tmp_path / 'ablate'}, nothing written")
-    assert error_of(ablate.main, [*args, "--n_head=3"]) == ("error: pre_lr0.003_s1: n_embd=32 is not divisible by "
-                                                            "n_head=3: choose n_head among the divisors of n_embd "
-                                                            "(nothing has run)")
+    mentions(error_of(ablate.main, [*args, "--n_head=3"]), "pre_lr0.003_s1", "n_embd=32", "n_head=3",
+             "divisors of n_embd", "nothing has run")
     assert not any(tmp_path.iterdir())
 
 

@@ -14,7 +14,7 @@ import bench
 import configurator
 import devices
 from configurator import ENTRIES, PRESETS
-from conftest import ROOT, error_of
+from conftest import ROOT, error_of, mentions
 from data import load_meta, write_json
 from model import ARCHS, GPT
 
@@ -133,7 +133,7 @@ def test_threads_sets_torchs_cpu_threads_for_every_step_and_the_report_says_how_
     bench.main([*TINY, "--modes=pre", "--steps=1", "--compile=off"])
     first = capsys.readouterr().out.splitlines()[0]
     assert first.endswith(f"1 steps per mode, {before} CPU threads") and set(seen) == {before}
-    assert error_of(bench.parse, ["--threads=0"]) == "error: bench_threads must be at least 1, got 0 in --threads=0"
+    mentions(error_of(bench.parse, ["--threads=0"]), "threads", "at least 1", "--threads=0")
 
 
 @pytest.mark.skipif(not torch.set_flush_denormal(False), reason="this CPU cannot flush subnormal floats")
@@ -268,8 +268,7 @@ def test_the_device_is_resolved_and_the_window_must_leave_room_after_the_prompt(
     device = bench.parse(["--device=auto", "--vocab_size=65"])[2].device
     assert device == devices.pick_device("auto") != "auto"
     assert bench.parse(["--block_size=9", "--vocab_size=65"])[2].block_size == 9
-    assert error_of(bench.parse, ["--block_size=8"]) == (
-        "error: block_size=8 leaves no room to sample after the 8-token prompt: give at least 9")
+    mentions(error_of(bench.parse, ["--block_size=8"]), "block_size=8", "prompt", "at least 9")
 
 
 def test_each_modes_peak_memory_is_measured_with_only_its_own_model_alive(monkeypatch):
@@ -421,11 +420,9 @@ def test_the_train_settings_passed_on_are_listed_guessed_and_the_rest_refused(pa
     for arg, message in refused.items():
         assert message in error_of(parse, [arg]), arg
     if script == "bench.py":
-        assert error_of(parse, ["--parallel=fsdp"]) == (
-            "error: bench.py does not use parallel (--parallel=fsdp): it measures one process's training step, "
-            "sampling and data loading; python bench.py --help lists the settings that shape them")
-        assert error_of(parse, ["--zzz=1"]) == ("error: unknown setting 'zzz' in --zzz=1: python bench.py --help "
-                                                "lists them all")
+        message = error_of(parse, ["--parallel=fsdp"])
+        mentions(message, "--parallel=fsdp", "training step", "python bench.py --help")
+        mentions(error_of(parse, ["--zzz=1"]), "--zzz=1", "python bench.py --help")
     if script == "bench.py":
         (tmp_path / "config.py").write_text("parallel = 'fsdp'\nmax_iters = 5\nn_layer = 2\n")
         assert parse([str(tmp_path / "config.py"), "--vocab_size=65"])[2].n_layer == 2

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import checkpoint
-from conftest import ROOT, error_of
+from conftest import ROOT, error_of, mentions
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # DCP in one process: meant
 
@@ -40,9 +40,8 @@ def test_the_checkpoint_found_is_the_whole_one_the_sharded_one_or_the_newer_of_b
 
 def test_a_link_to_a_folder_that_is_gone_is_one_line(tmp_path):
     (tmp_path / "ckpt").symlink_to("ckpt-40")
-    assert error_of(checkpoint.find_checkpoint, tmp_path) == (
-        f"error: {tmp_path / 'ckpt'} is a dangling link: the folder it points at, ckpt-40, is gone; put the folder "
-        "back, or delete the link")
+    mentions(error_of(checkpoint.find_checkpoint, tmp_path), str(tmp_path / "ckpt"), "dangling link",
+             "ckpt-40", "put the folder back", "delete the link")
 
 
 def test_checksums_are_recorded_beside_a_file_and_inside_a_folder(tmp_path):
@@ -76,14 +75,14 @@ def test_a_checkpoint_matches_its_record_or_the_previous_file_it_replaced(tmp_pa
     assert checkpoint.verify(path) is True
     path.write_bytes(b"new weighTs")  # a byte flipped: neither
     fix = "copy it again, or delete the checkpoint and train again"
-    assert error_of(checkpoint.verify, path) == (f"error: {path} is damaged: its checksum differs from the one "
-                                                 f"recorded at its save (ckpt.pt.crc32.json); {fix}")
+    mentions(error_of(checkpoint.verify, path), str(path), "checksum", "ckpt.pt.crc32.json", "copy it again",
+             "train again")
     path.write_bytes(b"new weight")
-    assert error_of(checkpoint.verify, path) == (f"error: {path} has 10 bytes, 11 when saved: it is cut short or "
-                                                 f"damaged; {fix}")
+    mentions(error_of(checkpoint.verify, path), str(path), "10 bytes", "11 when saved", "cut short",
+             "copy it again", "train again")
     path.unlink()
-    assert error_of(checkpoint.verify, path) == (f"error: {path} is missing from the checkpoint (ckpt.pt.crc32.json "
-                                                 f"lists it): {fix}")
+    mentions(error_of(checkpoint.verify, path), str(path), "missing", "ckpt.pt.crc32.json", "copy it again",
+             "train again")
     for broken, why in [("{", "JSONDecodeError: Expecting property name enclosed in double quotes"),
                         ("{}", "KeyError: 'files'"), ("[]", "TypeError: list indices must be integers"),
                         ('{"files": []}', "AttributeError: 'list' object has no attribute 'items'"),
@@ -113,16 +112,6 @@ def test_the_prefixes_of_compile_and_ddp_are_taken_off_the_front_of_each_key_onl
     assert checkpoint.unprefixed(weights) == {"h.0.w": 1, "wte": 2, "lm_head": 3, "h.module.w": 4, "h._orig_mod.b": 5}
 
 
-@pytest.mark.parametrize("meta, token", [
-    (dict(eot_token=50256, chars=None), 50256),
-    (dict(eot_token=0, chars=["a", "\n"]), 0),  # a token id of 0 is a token
-    (dict(eot_token=None, chars=[" ", "\n", "a"]), 1),
-    (dict(eot_token=None, chars=[" ", "a"]), None),
-])
-def test_a_text_starts_after_endoftext_else_the_newline(meta, token):
-    assert checkpoint.start_token(meta) == token
-
-
 def resume_check(tmp_path, given, max_iters, events=(), evaluated=True):
     """check_resume on a checkpoint of step 100 (4 blocks, dropout 0.1) with events in out_dir's log."""
     (tmp_path / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
@@ -133,9 +122,9 @@ def resume_check(tmp_path, given, max_iters, events=(), evaluated=True):
 
 def test_a_resume_goes_on_with_the_checkpoints_model_but_its_dropout(tmp_path):
     assert resume_check(tmp_path, dict(n_layer=4, dropout=0.0, learning_rate=1.0, norm_mode="pre"), 200) is None
-    assert error_of(resume_check, tmp_path, dict(dropout=0.0, norm_mode="geonorm"), 200) == (
-        f"error: norm_mode='geonorm', but the checkpoint in {tmp_path} has norm_mode='pre': a resume goes on with "
-        "the checkpoint's model; drop --norm_mode, or train a new one in another out_dir")
+    message = error_of(resume_check, tmp_path, dict(dropout=0.0, norm_mode="geonorm"), 200)
+    mentions(message, "norm_mode='geonorm'", str(tmp_path), "norm_mode='pre'", "drop --norm_mode",
+             "another out_dir")
 
 
 END = dict(event="end", status="finished", iter=100)
@@ -158,9 +147,8 @@ def test_a_resume_with_nothing_to_train_evaluate_or_record_is_one_line(tmp_path,
     if not refused:
         assert resume_check(tmp_path, {}, max_iters, events, evaluated) is None
         return
-    assert error_of(resume_check, tmp_path, {}, max_iters, events, evaluated) == (
-        f"error: nothing to train: the checkpoint in {tmp_path} is at step 100 already, and max_iters={max_iters}: "
-        "give a max_iters above 100 to go on")
+    message = error_of(resume_check, tmp_path, {}, max_iters, events, evaluated)
+    mentions(message, "nothing to train", str(tmp_path), "step 100", f"max_iters={max_iters}", "above 100")
 
 
 def test_a_resume_on_another_vocabulary_or_other_shards_is_one_line_naming_both_datasets(tmp_path):
@@ -415,9 +403,8 @@ def test_readers_check_the_checkpoint_and_name_one_they_cannot_read_or_fit(tmp_p
     assert capsys.readouterr().err == ""  # checked: no notice
     path = tmp_path / "ckpt.pt"
     flip_a_bit(path)
-    assert error_of(checkpoint.load_model, str(tmp_path), "cpu") == (
-        f"error: {path} is damaged: its checksum differs from the one recorded at its save (ckpt.pt.crc32.json); "
-        "copy it again, or delete the checkpoint and train again")
+    mentions(error_of(checkpoint.load_model, str(tmp_path), "cpu"), str(path), "checksum",
+             "ckpt.pt.crc32.json", "copy it again", "train again")
     save(tmp_path, model, optimizer, 10, sharded=False)
     (tmp_path / "ckpt.pt.crc32.json").unlink()
     checkpoint.load_model(str(tmp_path), "cpu")
@@ -467,24 +454,22 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_one_line_for_resume_and_for
     assert message.startswith(f"error: the checkpoint in {tmp_path} does not fit this model.py (RuntimeError")
     assert "size mismatch for transformer.wte.weight" in message
     assert message.endswith("resume with the model.py and model settings it was trained with")
-    assert error_of(checkpoint.load_checkpoint, str(tmp_path / "none")) == (
-        f"error: init_from='resume' but {tmp_path / 'none'} holds no checkpoint (ckpt.pt or ckpt/): set out_dir, "
-        "or train from scratch first")
-    assert error_of(checkpoint.load_model, str(tmp_path / "none"), "cpu") == (
-        f"error: no folder {tmp_path / 'none'}; train a model into it first: python train.py "
-        f"--out_dir={tmp_path / 'none'}")
+    message = error_of(checkpoint.load_checkpoint, str(tmp_path / "none"))
+    mentions(message, "init_from='resume'", str(tmp_path / "none"), "no checkpoint", "set out_dir",
+             "from scratch")
+    mentions(error_of(checkpoint.load_model, str(tmp_path / "none"), "cpu"), "no folder",
+             f"python train.py --out_dir={tmp_path / 'none'}")
     (tmp_path / "empty").mkdir()
-    assert error_of(checkpoint.load_model, str(tmp_path / "empty"), "cpu") == (
-        f"error: no checkpoint in {tmp_path / 'empty'} (ckpt.pt or ckpt/); train.py writes one when it evaluates")
+    message = error_of(checkpoint.load_model, str(tmp_path / "empty"), "cpu")
+    mentions(message, "no checkpoint", str(tmp_path / "empty"), "train.py", "evaluates")
 
 
 def test_resume_checks_the_checkpoint_before_loading_it_and_one_that_does_not_load_is_one_line(tmp_path, capsys):
     model, optimizer = tiny_run()
     save(tmp_path, model, optimizer, 10, sharded=False)
     flip_a_bit(tmp_path / "ckpt.pt")
-    assert error_of(checkpoint.load_checkpoint, str(tmp_path)) == (
-        f"error: {tmp_path / 'ckpt.pt'} is damaged: its checksum differs from the one recorded at its save "
-        "(ckpt.pt.crc32.json); copy it again, or delete the checkpoint and train again")
+    mentions(error_of(checkpoint.load_checkpoint, str(tmp_path)), str(tmp_path / "ckpt.pt"), "checksum",
+             "ckpt.pt.crc32.json", "copy it again", "train again")
     assert checkpoint.load_checkpoint(str(tmp_path), check=False)["iter_num"] == 10  # another process: unchecked
     (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
     (tmp_path / "ckpt.pt.crc32.json").unlink()  # an older normgpt's: no checksums, loaded unchecked

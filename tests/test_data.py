@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, error_of, needs_gpt2
+from conftest import ROOT, error_of, mentions, needs_gpt2
 from data import (GPT2_META, char_table, check_out_dir, first_line, get_batch, get_tokenizer, load_meta,
-                  locked_folder, padded_vocab, read_shard, write_json, write_shard)
+                  locked_folder, padded_vocab, read_shard, start_token, write_json, write_shard)
 
 
 # ----------------------------------------------------------------------------- shard format
@@ -27,35 +27,36 @@ def test_write_shard_writes_the_modded_nanogpt_layout_and_read_shard_reads_it_ba
     assert list(tmp_path.iterdir()) == [tmp_path / "s.bin"]  # the temporary file was renamed away
 
 
-def shard_error(path, why):
-    return (f"error: {path} is not a valid token shard ({why}); "
-            f"rebuild it with: python prepare_data.py shakespeare --out {path.parent} --force")
+def check_shard_error(message, path, *why):
+    """message names the shard, what is wrong with it (the words why), and the command that rebuilds it."""
+    mentions(message, str(path), *why, f"python prepare_data.py shakespeare --out {path.parent} --force")
 
 
 @pytest.mark.parametrize("damage, why", [
-    (lambda b: b[:1000], "shorter than its 1024-byte header"),
-    (lambda b: b[:1020], "shorter than its 1024-byte header"),
-    (lambda b: b[:-2], "1222 bytes, but the header promises 100 tokens"),
-    (lambda b: b + b"\0\0", "1226 bytes, but the header promises 100 tokens"),
-    (lambda b: b[:1024], "1024 bytes, but the header promises 100 tokens"),
-    (lambda b: b[:8] + np.int32(0).tobytes() + b[12:1024], "1024 bytes, but the header promises 0 tokens"),
-    (lambda b: b[:8] + np.int32(-1).tobytes() + b[12:], "1224 bytes, but the header promises -1 tokens"),
-    (lambda b: b"\0\0\0\0" + b[4:], "magic 0 version 1, expected 20240520 version 1"),
-    (lambda b: b[:4] + np.int32(2).tobytes() + b[8:], "magic 20240520 version 2, expected 20240520 version 1")])
+    (lambda b: b[:1000], ("shorter", "1024-byte header")),
+    (lambda b: b[:1020], ("shorter", "1024-byte header")),
+    (lambda b: b[:-2], ("1222 bytes", "100 tokens")),
+    (lambda b: b + b"\0\0", ("1226 bytes", "100 tokens")),
+    (lambda b: b[:1024], ("1024 bytes", "100 tokens")),
+    (lambda b: b[:8] + np.int32(0).tobytes() + b[12:1024], ("1024 bytes", " 0 tokens")),  # not 100
+    (lambda b: b[:8] + np.int32(-1).tobytes() + b[12:], ("1224 bytes", "-1 tokens")),
+    (lambda b: b"\0\0\0\0" + b[4:], ("magic 0 version 1", "20240520 version 1")),
+    (lambda b: b[:4] + np.int32(2).tobytes() + b[8:], ("magic 20240520 version 2", "20240520 version 1"))])
 def test_read_shard_rejects_a_damaged_file_naming_the_fix(tmp_path, damage, why):
     """Each damage in one line: what is wrong with the file, and the command that rebuilds it."""
     path = tmp_path / "shakespeare" / "train_000000.bin"
     path.parent.mkdir()
     write_shard(path, np.arange(100))
     path.write_bytes(damage(path.read_bytes()))
-    assert error_of(read_shard, path) == shard_error(path, why)
+    check_shard_error(error_of(read_shard, path), path, *why)
 
 
 def test_read_shard_of_an_unreadable_path_says_why(tmp_path):
     folder = tmp_path / "shakespeare"
     (folder / "sub").mkdir(parents=True)
-    assert error_of(read_shard, folder / "gone.bin") == shard_error(folder / "gone.bin", "No such file or directory")
-    assert error_of(read_shard, folder / "sub") == shard_error(folder / "sub", "Is a directory")
+    gone = folder / "gone.bin"
+    check_shard_error(error_of(read_shard, gone), gone, "No such file or directory")
+    check_shard_error(error_of(read_shard, folder / "sub"), folder / "sub", "Is a directory")
 
 
 def test_read_shard_maps_the_tokens_rather_than_reading_them(tmp_path):
@@ -78,8 +79,8 @@ def test_read_shard_maps_the_tokens_rather_than_reading_them(tmp_path):
 
 def test_write_shard_refuses_ids_beyond_uint16(tmp_path):
     for ids, shown in (([1, 65536], "1..65536"), ([-1, 7], "-1..7")):
-        assert error_of(write_shard, tmp_path / "s.bin", ids) == (
-            f"error: token ids {shown} do not fit a uint16 shard (0..65535); use a tokenizer with a smaller vocabulary")
+        mentions(error_of(write_shard, tmp_path / "s.bin", ids), f"token ids {shown}", "uint16", "0..65535",
+                 "smaller vocabulary")
     assert not any(tmp_path.iterdir())
 
 
@@ -126,7 +127,7 @@ def test_get_batch_draws_every_window_of_every_shard_equally_often_and_no_other(
 def test_load_meta_of_an_unprepared_or_corrupt_folder_gives_the_command_that_builds_it(tmp_path, monkeypatch,
                                                                                       folder, command):
     monkeypatch.chdir(tmp_path)
-    assert error_of(load_meta, folder) == f"error: {folder} is not prepared (no meta.json): run  {command}"
+    mentions(error_of(load_meta, folder), folder, "not prepared", "meta.json", command)
     (tmp_path / folder).mkdir(parents=True)
     good = dict(tokenizer="char", vocab_size=3, chars="abc", shards=dict(train=[dict(file="t.bin", tokens=9)],
                                                                          val=[dict(file="v.bin", tokens=9)]))
@@ -151,15 +152,14 @@ def test_load_meta_of_an_unprepared_or_corrupt_folder_gives_the_command_that_bui
 def test_without_gpt2s_bpe_files_the_error_says_how_to_work_offline(monkeypatch):
     tiktoken = pytest.importorskip("tiktoken")
     monkeypatch.setattr(tiktoken, "get_encoding", lambda name: (_ for _ in ()).throw(ConnectionError(name)))
-    assert error_of(get_tokenizer, GPT2_META) == (
-        "error: cannot load the GPT-2 BPE files (ConnectionError); offline, point TIKTOKEN_CACHE_DIR at a copy of "
-        "tiktoken's cache, or use --tokenizer char")
+    mentions(error_of(get_tokenizer, GPT2_META), "GPT-2 BPE", "ConnectionError", "offline",
+             "TIKTOKEN_CACHE_DIR", "--tokenizer char")
 
 
 def test_char_tokenizer_names_the_characters_it_does_not_know():
     encode, decode = get_tokenizer({"tokenizer": "char", "chars": "abc"})
     assert decode(encode("cab")) == "cab"
-    assert error_of(encode, "a€bé") == "error: characters not in this model's vocabulary: 'é', '€'"
+    mentions(error_of(encode, "a€bé"), "vocabulary", "'é', '€'")
 
 
 @needs_gpt2
@@ -174,8 +174,8 @@ def test_char_table_is_the_sorted_characters_and_their_count():
     assert char_table(["bca", "", "ab"]) == ("abc", 5)
     every = "".join(map(chr, range(2**16)))  # a uint16 shard holds ids 0..65535: exactly 2**16 characters fit
     assert char_table([every[::-1]]) == (every, 2**16)
-    assert error_of(char_table, [every, "\U00010000"]) == (
-        "error: the text has 65,537 distinct characters, more than a uint16 shard holds; use --tokenizer gpt2")
+    mentions(error_of(char_table, [every, "\U00010000"]), "65,537 distinct characters", "uint16",
+             "--tokenizer gpt2")
 
 
 def test_gpt2_is_padded_to_a_multiple_of_64_and_a_character_table_is_not():
@@ -283,3 +283,13 @@ def test_an_unusable_out_dir_is_one_line_naming_the_setting_and_the_path(tmp_pat
     message = error_of(check_out_dir, tmp_path / "x", "--out_dir")
     assert f"--out_dir {tmp_path}/x: cannot write in {tmp_path} (Permission denied)" in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "f", "loop"]
+
+
+@pytest.mark.parametrize("meta, token", [
+    (dict(eot_token=50256, chars=None), 50256),
+    (dict(eot_token=0, chars=["a", "\n"]), 0),  # a token id of 0 is a token
+    (dict(eot_token=None, chars=[" ", "\n", "a"]), 1),
+    (dict(eot_token=None, chars=[" ", "a"]), None),
+])
+def test_a_text_starts_after_endoftext_else_the_newline(meta, token):
+    assert start_token(meta) == token

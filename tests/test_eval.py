@@ -23,7 +23,7 @@ import eval as evaluation
 import plots
 import prepare_data
 import train
-from conftest import ROOT, error_of, file_hashes, needs_gpt2, torchrun, tripwire
+from conftest import ROOT, error_of, file_hashes, mentions, needs_gpt2, torchrun, tripwire
 from model import ARCHS, GPT, NORM_MODES, GPTConfig, from_gpt2
 from checkpoint import load_model
 
@@ -279,19 +279,15 @@ def test_all_gather_stacks_numbers_and_joins_tensors_along_their_first_axis(mode
 
 
 def test_a_character_outside_the_table_is_one_line_saying_bpe_is_needed(model_meta):
-    with pytest.raises(SystemExit, match=r"^error: the task has characters this character-level model lacks "
-                                         r"\('#', '1', '5', '@', '~'\): downstream tasks need a BPE model, "
-                                         r"trained on --tokenizer gpt2 data$"):  # the first five of six, sorted
-        adapter(model_meta).loglikelihood(requests("loglikelihood", ("It costs 5 € @ ~", " €€ #1.")))
+    lm = adapter(model_meta)
+    message = error_of(lm.loglikelihood, requests("loglikelihood", ("It costs 5 € @ ~", " €€ #1.")))
+    mentions(message, "'#', '1', '5', '@', '~'", "BPE model", "--tokenizer gpt2")  # the first 5 of 6, sorted
 
 
 def test_a_character_table_without_a_newline_cannot_start_a_text(model_meta):
     model, meta = model_meta
     without = {**meta, "chars": [c for c in meta["chars"] if c != "\n"]}
-    with pytest.raises(SystemExit, match=r"^error: this character vocabulary has neither <\|endoftext\|> nor a "
-                                         r"newline to start a text after: the tasks need a BPE model "
-                                         r"\(--tokenizer gpt2 data\)$"):
-        adapter((model, without))
+    mentions(error_of(adapter, (model, without)), "<|endoftext|>", "newline", "BPE model", "--tokenizer gpt2")
 
 
 def test_tokens_decode_to_the_text_they_encode(model_meta):
@@ -305,9 +301,9 @@ def test_one_process_is_rank_0_of_a_world_of_1(model_meta):
 
 
 def test_a_continuation_longer_than_block_size_is_one_line(model_meta):
-    with pytest.raises(SystemExit, match=r"^error: a continuation of 40 tokens does not fit this model's "
-                                         r"block_size=32: the task needs a model with a longer context$"):
-        adapter(model_meta).loglikelihood(requests("loglikelihood", ("Thou", " " + "a" * 39)))
+    lm = adapter(model_meta)
+    message = error_of(lm.loglikelihood, requests("loglikelihood", ("Thou", " " + "a" * 39)))
+    mentions(message, "40 tokens", "block_size=32", "longer context")
 
 
 # ------------------------------------------------------------------ end to end through lm_eval.simple_evaluate
@@ -451,10 +447,10 @@ def test_two_torchrun_processes_share_the_examples_and_score_the_same(evaluated,
 
 
 def test_the_hub_out_of_reach_is_one_line_naming_include_path(out_dir, tasks_dir):
-    with pytest.raises(SystemExit, match=r"^error: task 'tiny_hub': .*no_such_dataset.*: offline, point a task YAML at "
-                                         r"local copies of the data and pass its folder as --include_path=DIR "
-                                         r"\(README: Evaluation\)$"):
-        evaluation.main([f"--out_dir={out_dir}", "--tasks=tiny_hub", f"--include_path={tasks_dir}", "--device=cpu"])
+    message = error_of(evaluation.main, [f"--out_dir={out_dir}", "--tasks=tiny_hub",
+                                         f"--include_path={tasks_dir}", "--device=cpu"])
+    mentions(message, "'tiny_hub'", "no_such_dataset", "offline", "local copies", "--include_path=DIR",
+             "README: Evaluation")
 
 
 # ------------------------------------------------------------------ tasks that cannot load, Ctrl-C
@@ -506,19 +502,19 @@ def test_a_task_that_cannot_load_is_one_line_before_any_model_or_run(kind, tools
         assert str(e.value.code).endswith("(nothing has run)") and not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--init_from=scratch"], "eval.py scores a trained model: init_from=resume (out_dir's checkpoint) or a GPT-2"),
-    (["--tasks=,"], "no tasks: give --tasks=hellaswag,piqa,... (lm-eval's names)"),
-    (["--batch_size=0"], "batch_size must be at least 1, got 0 in --batch_size=0"),  # eval.py's ranges
-    (["--include_path={tmp}/none"], "include_path={tmp}/none is not a folder of task YAMLs"),
-    (["--tasks=tiny_mcq", "--include_path={tasks}"], "unknown task 'tiny_mcq': did you mean 'tiny_mc'?"),
-    (["--tasks=zzqx", "--include_path={tasks}"],
-     "unknown task 'zzqx': `lm-eval ls tasks` lists lm-eval's own; add yours with --include_path=DIR"),
+@pytest.mark.parametrize("args, words", [
+    (["--init_from=scratch"], ("trained model", "init_from=resume", "GPT-2")),
+    (["--tasks=,"], ("no tasks", "--tasks=hellaswag,piqa")),
+    (["--batch_size=0"], ("batch_size", "at least 1", "--batch_size=0")),  # eval.py's ranges
+    (["--include_path={tmp}/none"], ("include_path={tmp}/none", "not a folder", "task YAMLs")),
+    (["--tasks=tiny_mcq", "--include_path={tasks}"], ("'tiny_mcq'", "'tiny_mc'")),
+    (["--tasks=zzqx", "--include_path={tasks}"], ("'zzqx'", "lm-eval ls tasks", "--include_path=DIR")),
 ])
-def test_settings_no_evaluation_can_use_are_one_line_before_any_model(args, message, tasks_dir, tmp_path):
+def test_settings_no_evaluation_can_use_are_one_line_before_any_model(args, words, tasks_dir, tmp_path):
     fill = lambda text: text.format(tmp=tmp_path, tasks=tasks_dir)
     got = error_of(evaluation.main, [f"--out_dir={tmp_path}", "--device=cpu", *map(fill, args)])
-    assert got == "error: " + fill(message) and list(tmp_path.iterdir()) == []
+    mentions(got, *map(fill, words))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_out_dir_where_eval_json_cannot_be_written_is_one_line_before_any_model(tasks_dir, tmp_path):
@@ -540,8 +536,8 @@ def test_an_out_dir_where_eval_json_cannot_be_written_is_one_line_before_any_mod
 ])
 def test_a_task_file_that_does_not_read_is_named_with_why(text, why, tmp_path):
     (tmp_path / "bad.yaml").write_bytes(text)
-    assert error_of(evaluation.check_task_files, tmp_path) == (f"error: {tmp_path / 'bad.yaml'} is not valid YAML "
-                                                             f"({why}): fix it, or move it out of {tmp_path}")
+    message = error_of(evaluation.check_task_files, tmp_path)
+    mentions(message, str(tmp_path / "bad.yaml"), "not valid YAML", why, "fix it", "move it out")
 
 
 def test_task_files_read_through_tags_lists_and_scalars(tmp_path):
@@ -607,10 +603,9 @@ def test_an_evaluation_that_fails_after_training_makes_the_ablation_an_error(abl
     write_task(tmp_path / "tasks", "tiny_euro", [dict(question="It costs 5", choices=["€", "$"], answer=0)],
                **MC)
     shutil.copytree(ablated_run, tmp_path / "ablate" / ablated_run.name)
-    with pytest.raises(SystemExit) as e:
-        ablate.main([f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, *ABLATION, "--eval_tasks=tiny_euro",
-                     f"--eval_include_path={tmp_path / 'tasks'}"])
-    assert str(e.value.code) == "error: of 1 runs, 1 were not evaluated (pre_lr0.01_s1: see their eval.log)"
+    message = error_of(ablate.main, [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, *ABLATION,
+                                     "--eval_tasks=tiny_euro", f"--eval_include_path={tmp_path / 'tasks'}"])
+    mentions(message, "not evaluated", "pre_lr0.01_s1", "eval.log")
     log = (tmp_path / "ablate" / "pre_lr0.01_s1" / "eval.log").read_text()
     assert "downstream tasks need a BPE model" in log
 
@@ -654,14 +649,12 @@ def test_gpt2_conversion_keeps_its_settings_and_checks_its_block_size():
     assert (model.config.norm_eps, model.config.dropout, model.config.block_size) == (1e-3, 0.25, 32)
     with pytest.raises(ValueError) as info:
         from_gpt2(hf, block_size=33)
-    assert str(info.value) == "block_size=33 is beyond GPT-2's 32 positions: lower it"
+    mentions(str(info.value), "block_size=33", "32 positions", "lower it")
 
 
 def test_eval_without_lm_eval_is_one_line(monkeypatch):
     monkeypatch.setattr(evaluation, "lm_eval", None)  # as if its import had failed
-    with pytest.raises(SystemExit, match=r"^error: eval.py scores with EleutherAI's lm-evaluation-harness: "
-                                         r"pip install lm-eval$"):
-        evaluation.main(["--tasks=hellaswag"])
+    mentions(error_of(evaluation.main, ["--tasks=hellaswag"]), "lm-evaluation-harness", "pip install lm-eval")
 
 
 def test_a_gpt2_that_does_not_load_is_one_line(tasks_dir, tmp_path):

@@ -18,7 +18,7 @@ import eval as evaluation
 import model as model_module
 import sample
 import train
-from conftest import ROOT, error_of, file_hashes, needs_gpt2, tripwire
+from conftest import ROOT, error_of, file_hashes, mentions, needs_gpt2, tripwire
 from data import get_tokenizer, load_meta, write_json
 from model import ARCHS, GPT, GPTConfig, NORM_MODES, sample_next
 
@@ -507,10 +507,8 @@ def test_empty_prompt_without_a_start_token_or_newline_is_an_error(tmp_path):
     chars = "abc"
     folder = write_checkpoint(tmp_path, meta=dict(dataset="toy", tokenizer="char", vocab_size=3, eot_token=None,
                                                   chars=chars))
-    with pytest.raises(SystemExit) as e:
-        run(folder)
-    assert str(e.value) == ("error: an empty --start needs a start token, and this character vocabulary has "
-                            "neither <|endoftext|> nor a newline; give a prompt: --start=TEXT")
+    mentions(error_of(run, folder), "empty --start", "start token", "<|endoftext|>", "newline",
+             "--start=TEXT")
 
 
 # ---------------------------------------------------------------- end to end
