@@ -45,8 +45,8 @@ def check_launch(device, backend, parallel):
         sys.exit(f"error: backend='nccl' runs on CUDA GPUs only, and device is {device!r}: "
                  "use backend='gloo', or 'auto' (nccl on CUDA, gloo on CPU)")
     if (parallel == "fsdp" or planned_world() > 1) and kind not in ("cuda", "cpu"):
-        sys.exit(f"error: parallel='fsdp' and torchrun's processes run on cuda or cpu, not {device!r}: "
-                 "choose one of those devices")
+        what = "parallel='fsdp'" if parallel == "fsdp" else "torchrun's processes"
+        sys.exit(f"error: {what} needs device cuda or cpu, not {device!r}: choose one of those")
     return device
 
 

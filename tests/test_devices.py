@@ -56,9 +56,11 @@ def test_launches_that_cannot_run_are_one_line_before_any_process_group(alone):
     mentions(message, "backend='nccl'", "CUDA", "'cpu'", "backend='gloo'", "'auto'")
     meta = "meta"  # a device torch makes tensors on, but no process group's
     assert devices.check_launch(meta, "auto", "ddp") == "meta"  # one process: any device
-    for parallel, world in (("fsdp", "1"), ("ddp", "2")):
+    for parallel, world, cause in (("fsdp", "1", "parallel='fsdp'"), ("ddp", "2", "torchrun's processes")):
         alone.setenv("WORLD_SIZE", world)
-        mentions(error_of(devices.check_launch, meta, "auto", parallel), "torchrun", "cuda or cpu", "'meta'")
+        message = error_of(devices.check_launch, meta, "auto", parallel)
+        mentions(message, cause, "cuda or cpu", "'meta'")
+    assert "fsdp" not in message  # ddp on two processes: the processes are the cause
 
 
 def steps(world, batch_size=4, block_size=8, accum=None, total=0):
