@@ -3,6 +3,7 @@ QK-norm axis (Q), GPAS (G), Derf (F), the residual scales res_scale and x0_mix (
 Sub-LN (SL) and ReZero (S4, S6). Equations are checked in float64 on randomized weights, against each row's host
 mode where §14 says it reduces to it. The generic tests of every mode (test_model.py) run for
 normformer, subln and rezero too."""
+import copy
 import math
 import types
 
@@ -150,6 +151,25 @@ def test_gpas_G3_deep_scales_the_skip_only_and_feeds_f_the_raw_stream():
         torch.testing.assert_close(block(x), want)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_gpas_G3_mixlns_post_blocks_scale_the_skip_and_its_pre_blocks_the_sum(arch):
+    """Mix-LN at α = 1/3 of 3 blocks: block 1 post, N(GPAS(x) + f(x)) (the authors' post_pre_gpas);
+    blocks 2 and 3 pre, GPAS(x + f(N(x)))."""
+    model = randomize(build64(norm_mode="mixln", arch=arch, mixln_alpha=0.34, gpas=True))
+    post, pre = model.transformer.h[0], model.transformer.h[1]
+    assert (post.mode, pre.mode) == ("post", "pre")
+    x = stream()
+    rope = rope_rows(model, 8)
+    with torch.no_grad():
+        post.gpas_gate.fill_(0.7)
+        pre.gpas_gate.fill_(0.7)
+        shrink = 1 - F.silu(post.gpas_gate)
+        h = post.ln_1(shrink * x + post.attn(x, 0, rope))
+        torch.testing.assert_close(post(x, 0, rope), post.ln_2(shrink * h + post.mlp(h)))
+        h = shrink * (x + pre.attn(pre.ln_1(x), 0, rope))
+        torch.testing.assert_close(pre(x, 0, rope), shrink * (h + pre.mlp(pre.ln_2(h))))
+
+
 @pytest.mark.parametrize("compiled", [False, True])
 def test_gpas_G4_the_gradient_to_x_passes_whole_and_the_gates_is_minus_silu_prime_times_x_dot_grad(
         compiled):
@@ -273,6 +293,37 @@ def test_res_scale_S1_layerscale_scales_each_branch_by_its_own_lambda(arch):
     with torch.no_grad():
         h = x + block.ls_1 * block.attn(block.ln_1(x), 0, rope)
         torch.testing.assert_close(block(x, 0, rope), h + block.ls_2 * block.mlp(block.ln_2(h)))
+
+
+def zero_sublayer(model, j):
+    """Sub-layer j (0 attention, 1 MLP) of every block made to output 0: its last matrix zeroed."""
+    with torch.no_grad():
+        for block in model.transformer.h:
+            (block.attn if j == 0 else block.mlp).c_proj.weight.zero_()
+    return model
+
+
+@pytest.mark.parametrize("scale", ["layerscale", "lambda"])
+@pytest.mark.parametrize("mode", ADDITIVE)
+def test_res_scale_S1_S2_each_sub_layer_takes_its_own_scale_on_every_host(mode, scale):
+    """With sub-layer j's scales at 1 (its branch's λ, or λ_res and λ_post) and the other's branch
+    scaled to 0, a block is its host's with the other sub-layer silenced: a scale taken for the wrong
+    sub-layer, on any host, shows."""
+    host = randomize(build64(norm_mode=mode))
+    idx = batch(host.config)[0]
+    for j in (0, 1):
+        scaled = build64(norm_mode=mode, res_scale=scale)
+        ones = {k: torch.ones_like(v) for k, v in scaled.state_dict().items()
+                if ".ls_" in k or "lambdas" in k}
+        scaled.load_state_dict(host.state_dict() | ones)
+        with torch.no_grad():
+            for block in scaled.transformer.h:
+                if scale == "layerscale":
+                    (block.ls_2 if j == 0 else block.ls_1).zero_()
+                else:
+                    block.post_lambdas[1 - j] = 0.0
+        silenced = zero_sublayer(copy.deepcopy(host), 1 - j)
+        assert torch.equal(logits_of(scaled, idx), logits_of(silenced, idx)), j
 
 
 @pytest.mark.parametrize("arch", ARCHS)
