@@ -40,8 +40,9 @@ from pathlib import Path
 import checkpoint
 import configurator
 from checkpoint import evaluated, read_log
-from plots import (entry_of, plot_all, race, race_table, results_text, size_key, size_table, summarize,
-                   table, varies)
+from configurator import entry_of, varies
+from plots import plot_all
+from results import race, race_table, results_text, size_key, size_table, summarize, table
 from data import atomic_write, check_out_dir, first_line, print_help, run_cli
 
 # settings: the assignments between the two rulers, read by configurator.py (python ablate.py --help);
@@ -54,8 +55,9 @@ ablate_seeds_at = {}  # {sweep key: values}: the seeds after the first only at t
 # at 3x the baseline's rate (docs/spec.md §7.2)
 ablate_lrs: list | tuple | float | None = None
 # a grid over train.py settings, {key: [values]}; each --sweep=key=v1,v2 sets one key. A mode's own keys
-# (plots.MODE_OF_PREFIX: geo_*, sandwich_*, lns_*, ...) vary only it and its presets (pre runs once beside a
-# geo_alpha sweep); a switch's (dyt_*, derf_*, layerscale_*) the entries it is on in; others every entry
+# (configurator.MODE_OF_PREFIX: geo_*, sandwich_*, lns_*, ...) vary only it and its presets (pre runs
+# once beside a geo_alpha sweep); a switch's (dyt_*, derf_*, layerscale_*) the entries it is on in;
+# others every entry
 ablate_sweep = {}
 # {mode or preset: {train.py setting: value}}, an entry's own, over the config's (not the sweep's)
 ablate_entry_settings = {}  # {"post": {"tie_embeddings": False}}

@@ -6,6 +6,8 @@ trainer. Defaults are literals; an annotation (`float | None`) names the types a
 default's type does. Config files (Python assignments), then --key=value arguments, override the defaults in
 order; an unknown name, a wrong type or a value outside the script's own range for it is a one-line error
 (with a did-you-mean); --help prints the script's docstring and settings. GPTConfig.validate checks the model's.
+The lab's presets, the entries beside the modes, are here too, and the rule ablate.py plans with: which
+entries a sweep key varies (a mode's or a switch's own prefix).
 """
 import ast
 import builtins
@@ -161,6 +163,34 @@ def parse_modes(value, known=ENTRIES):
     if unknown := [mode for mode in modes if mode not in known]:
         sys.exit(f"error: unknown mode(s) {', '.join(unknown)}: choose from {', '.join(known)} or all")
     return list(dict.fromkeys(modes))
+
+
+# The settings of a switch, by their prefix, and the setting and value that turn it on: sweeping one varies
+# the entries the switch is on in; its preset bears the value's name (dyt, derf, layerscale)
+SWITCH_OF_PREFIX = {"dyt_": ("norm_type", "dyt"), "derf_": ("norm_type", "derf"),
+                    "layerscale_": ("res_scale", "layerscale")}
+# The settings that belong to one mode or switch, by their prefix: sweeping one varies only that mode
+# (ablate.py), and a legend names it without the prefix (geonorm alpha=3.0)
+MODE_OF_PREFIX = {"geo_": "geonorm", "sandwich_": "sandwich", "simplenorm_": "simplenorm", "lns_": "lns",
+                  "mixln_": "mixln", "hybrid_": "hybrid", "normformer_": "normformer", "subln_": "subln",
+                  **{prefix: value for prefix, (_, value) in SWITCH_OF_PREFIX.items()}}
+PREFIX_OF_MODE = {mode: prefix for prefix, mode in MODE_OF_PREFIX.items()}
+
+
+def entry_of(mode, given, entry):
+    """An entry's own train.py settings over the config's: its preset's or norm_mode, then entry_settings."""
+    return given | entry_settings(mode) | entry.get(mode, {})
+
+
+def varies(key, settings):
+    """Whether sweeping key varies the entry whose settings are settings (entry_of): dyt_* keys an entry under
+    norm_type='dyt' (SWITCH_OF_PREFIX); geo_* keys geonorm only, sandwich_* sandwich and peri, and so on;
+    other keys every entry."""
+    for prefix, (name, value) in SWITCH_OF_PREFIX.items():
+        if key.startswith(prefix):
+            return settings.get(name) == value
+    mode = settings["norm_mode"]
+    return next((m for prefix, m in MODE_OF_PREFIX.items() if key.startswith(prefix)), mode) == mode
 
 
 # -------------------------------------------------------------------------------------------- model

@@ -11,6 +11,7 @@ import pytest
 
 import ablate
 import plots
+import results
 from configurator import PRESETS
 from conftest import ABLATE_TINY, PLOTS, ablate_main, error_of, log_events, mentions, table_rows
 
@@ -185,24 +186,24 @@ def test_a_size_sweep_tables_loss_and_time_per_size_and_draws_loss_against_size_
     assert sorted(p.name for p in root.iterdir() if p.is_dir()) == [
         "peri_lr0.003_s1_n_layer1", "peri_lr0.003_s1_n_layer2", "peri_lr0.003_s2_n_layer2",
         "pre_lr0.003_s1_n_layer1", "pre_lr0.003_s1_n_layer2", "pre_lr0.003_s2_n_layer2"]
-    results = (root / "results.md").read_text()
-    lines = results.splitlines()
+    text = (root / "results.md").read_text()
+    lines = text.splitlines()
     header, _, pre, peri, per_run, total = lines[lines.index("| mode | n_layer 1 | n_layer 2 |"):][:6]
     groups = json.loads((root / "results.json").read_text())["groups"]
     loss = {(g["mode"], g["sweep"]["n_layer"]): g["final_val_loss"] for g in groups}
     assert pre == f"| pre | {loss['pre', 1][0]:.4f} | {loss['pre', 2][0]:.4f} ± {loss['pre', 2][1]:.4f} (2) |"
     assert peri.startswith("| peri | ") and per_run.startswith("| time per run | ")
-    wall = r" (\d+ s|\d+\.\d min) \|"  # plots.minutes: seconds below 100, then minutes (a loaded machine)
+    wall = r" (\d+ s|\d+\.\d min) \|"  # results.minutes: seconds below 100, then minutes (a loaded machine)
     assert len(re.findall(wall, per_run)) == len(re.findall(wall, total)) == 2, (per_run, total)
     final = {(r["name"]): log_events(root / r["name"])[-1]["final_val_loss"] for g in groups for r in g["runs"]}
     gaps = [final[f"peri_lr0.003_s{s}_n_layer2"] - final[f"pre_lr0.003_s{s}_n_layer2"] for s in (1, 2)]
     [peri2] = [g for g in groups if g["mode"] == "peri" and g["sweep"]["n_layer"] == 2]
-    assert peri2["gap"] == dict(zip(("mean", "std"), plots.mean_std(gaps)), seeds=2)
+    assert peri2["gap"] == dict(zip(("mean", "std"), results.mean_std(gaps)), seeds=2)
     params = {(g["mode"], g["sweep"]["n_layer"]): g["params"] for g in groups}
     assert params["pre", 2] - params["pre", 1] == 12 * 32 ** 2 + 2 * 32  # a block: 12d² weights, 2 LayerNorms
     assert params["peri", 1] - params["pre", 1] == 2 * 32 + 32  # sandwich's 2 output norms, ln_emb
     for name in SIZE_PLOTS:
-        assert f"![{name}]({name})" in results and (root / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert f"![{name}]({name})" in text and (root / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     assert not (root / "val_loss.png").exists() and not (root / "lr.png").exists()  # one lr: no lr figure
 
 
@@ -210,8 +211,8 @@ def test_a_final_val_loss_over_two_seeds_is_the_mean_and_sample_stdev_of_each_ru
     """results.md's "final val loss" of a group with seeds 1 and 2, in its table and in the size table's cell,
     is statistics.mean ± statistics.stdev (n - 1) of the two runs' last eval val_loss in their log.jsonl."""
     _, root, _ = ladder
-    results = (root / "results.md").read_text()
-    table, sized = results.split("\nFinal val loss by n_layer")
+    text = (root / "results.md").read_text()
+    table, sized = text.split("\nFinal val loss by n_layer")
     rows = [row for row in table_rows(table) if row["seeds"] == "2"]
     assert sorted((row["mode"], row["settings"].split()[-1]) for row in rows) == [("peri", "n_layer=2"),
                                                                                     ("pre", "n_layer=2")]

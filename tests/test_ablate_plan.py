@@ -20,6 +20,7 @@ import pytest
 import ablate
 import configurator
 import plots
+import results
 from conftest import ABLATE_TINY, PLOTS, ROOT, ablate_main, error_of, mentions, table_rows, write_run
 from model import NORM_MODES
 
@@ -322,8 +323,8 @@ def test_figures_of_a_size_sweep_print_its_size_table_into_a_folder_made_with_it
             f"--figures={folder}"]
     printed = ablate_main(*args)
     plan = ablate.configure(args)
-    groups = plots.summarize(ablate.plan_runs(plan, tmp_path / "out" / "ablate"), plan)
-    assert printed == (f"{plots.table(groups)}\n\n{plots.size_table(groups, plan, 'n_layer')}\n\nwrote size.png, "
+    groups = results.summarize(ablate.plan_runs(plan, tmp_path / "out" / "ablate"), plan)
+    assert printed == (f"{results.table(groups)}\n\n{results.size_table(groups, plan, 'n_layer')}\n\nwrote size.png, "
                        f"val_loss_n_layer1.png, grad_norm_n_layer1.png, angle_n_layer1.png, val_loss_n_layer2.png, "
                        f"grad_norm_n_layer2.png, angle_n_layer2.png in {folder}\n")
     assert sorted(p.name for p in folder.iterdir()) == sorted(printed.split("wrote ")[1].split(" in ")[0].split(", "))

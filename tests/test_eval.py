@@ -20,8 +20,8 @@ import ablate
 import checkpoint
 import data
 import eval as evaluation
-import plots
 import prepare_data
+import results
 import train
 from conftest import ROOT, error_of, file_hashes, mentions, needs_gpt2, torchrun, tripwire
 from model import ARCHS, GPT, NORM_MODES, GPTConfig, from_gpt2
@@ -732,10 +732,10 @@ def test_ablate_folds_task_scores_into_mean_and_std_over_the_seeds(tmp_path):
             hellaswag=dict(metric="acc_norm", value=value, stderr=0.01)))))
         runs.append(dict(name=folder.name, group="pre", mode="pre", lr=1e-3, tripled=False, sweep={}, own={},
                          seed=seed, dir=folder))
-    group, = plots.summarize(runs, dict(eval=evaluation, sweep={}))
+    group, = results.summarize(runs, dict(eval=evaluation, sweep={}))
     assert group["tasks"]["hellaswag"] == pytest.approx(dict(
         metric="acc_norm", mean=statistics.fmean([0.30, 0.34, 0.29]), std=statistics.stdev([0.30, 0.34, 0.29]), runs=3))
-    assert plots.table([group]).splitlines()[-1].endswith(" 0.3100 ± 0.0265 |")
+    assert results.table([group]).splitlines()[-1].endswith(" 0.3100 ± 0.0265 |")
 
 
 def test_ablate_evaluates_again_only_for_other_tasks_or_limit(tmp_path):

@@ -1,6 +1,6 @@
-"""plots.py's promises, without training: results.md's numbers recomputed by hand from the runs' logs, its
-tables cell by cell, and each figure's lines, bands, bars and axes from the numbers it plots. Fast: the
-file that mutation testing runs against plots.py (docs/development.md)."""
+"""results.py's and plots.py's promises, without training: results.md's numbers recomputed by hand from the
+runs' logs, its tables cell by cell, and each figure's lines, bands, bars and axes from the numbers it plots.
+Fast: the file that mutation testing runs against results.py and plots.py (docs/development.md)."""
 import colorsys
 import io
 import json
@@ -18,6 +18,7 @@ import pytest
 import ablate
 import configurator
 import plots
+import results
 from configurator import ENTRIES
 from conftest import write_run
 from model import GPT, NORM_MODES
@@ -78,7 +79,7 @@ def lab(tmp_path):
 
 def test_a_groups_summary_is_its_finished_seeds_folded_as_computed_by_hand_from_their_logs(lab):
     plan, runs, written = lab
-    groups = plots.summarize(runs, plan)
+    groups = results.summarize(runs, plan)
     assert [g["group"] for g in groups] == ["pre_lr0.001", "geonorm_lr0.001", "simplenorm_lr0.003"]  # as planned
     for g in groups:
         mine = [r for r in runs if r["group"] == g["group"]]
@@ -117,7 +118,7 @@ def test_a_groups_summary_is_its_finished_seeds_folded_as_computed_by_hand_from_
 
 def test_the_gap_to_pre_is_each_seeds_loss_less_pres_same_seed_from_the_logs(lab):
     plan, runs, _ = lab
-    pre, geo, simple = plots.summarize(runs, plan)
+    pre, geo, simple = results.summarize(runs, plan)
     assert pre["gap"] is None
     gaps = [FINAL["geonorm", s] - FINAL["pre", s] for s in (1, 2)]  # seed 3 diverged
     assert geo["gap"] == dict(mean=pytest.approx(statistics.mean(gaps)), std=pytest.approx(statistics.stdev(gaps)),
@@ -128,7 +129,7 @@ def test_the_gap_to_pre_is_each_seeds_loss_less_pres_same_seed_from_the_logs(lab
 def test_no_eval_tasks_score_nothing_though_a_run_has_eval_json(tmp_path):
     plan, runs = plan_of(tmp_path, "--modes=pre")
     write_run(runs[0]["dir"], [(0, 4.0), (10, 2.0)], scores=dict(piqa=dict(value=0.5, metric="acc")), tasks="")
-    [g] = plots.summarize(runs, plan)
+    [g] = results.summarize(runs, plan)
     assert g["tasks"] == {} and g["runs"][0]["scores"] == dict(piqa=dict(value=0.5, metric="acc"))
 
 
@@ -136,7 +137,7 @@ def test_a_size_sweep_counts_each_groups_non_embedding_parameters_as_the_model_d
     plan, runs = plan_of(tmp_path, "--modes=pre,peri", "--sweep=n_layer=1,3", "--seeds=1,2")
     for run in runs:
         write_run(run["dir"], [(0, 4.0), (10, 2.0 + run["seed"] / 10)])
-    groups = plots.summarize(runs, plan)
+    groups = results.summarize(runs, plan)
     assert [g["group"] for g in groups] == ["pre_lr0.001_n_layer1", "pre_lr0.001_n_layer3", "peri_lr0.001_n_layer1",
                                             "peri_lr0.001_n_layer3"]
     for g in groups:
@@ -157,8 +158,8 @@ def test_a_size_sweep_without_the_datasets_vocabulary_has_no_parameter_counts(tm
     plan, runs = plan_of(tmp_path, "--modes=pre", "--sweep=n_layer=1,2", meta=meta)
     for run in runs:
         write_run(run["dir"], [(0, 4.0), (10, 2.0)])
-    assert [g["params"] for g in plots.summarize(runs, plan)] == [None, None]
-    assert plots.non_embedding_params({}, plan) is None
+    assert [g["params"] for g in results.summarize(runs, plan)] == [None, None]
+    assert results.non_embedding_params({}, plan) is None
 
 
 def test_the_loss_unit_is_per_character_only_for_a_character_dataset(tmp_path):
@@ -167,7 +168,7 @@ def test_the_loss_unit_is_per_character_only_for_a_character_dataset(tmp_path):
     assert plots.loss_unit(plan_of(tmp_path / "c", meta=None)[0]) == "nats per token"
     plan = plan_of(tmp_path / "d")[0]
     (tmp_path / "d" / "data" / "tiny" / "meta.json").write_text("{not json")  # half-written: unread, not a crash
-    assert plots.read_meta(plan) is None and plots.loss_unit(plan) == "nats per token"
+    assert results.read_meta(plan) is None and plots.loss_unit(plan) == "nats per token"
 
 
 # ------------------------------------------------------------------------------------------ the tables
@@ -178,8 +179,8 @@ def rows_of(text):
 
 def test_each_table_row_is_its_groups_numbers_formatted(lab):
     plan, runs, _ = lab
-    groups = plots.summarize(runs, plan)
-    header, rule, pre, geo, simple = rows_of(plots.table(groups))
+    groups = results.summarize(runs, plan)
+    header, rule, pre, geo, simple = rows_of(results.table(groups))
     assert header == ("| mode | settings | lr | seeds | final val loss | − pre, same seed | best val loss | diverged |"
                       " tokens/s | time/run | hellaswag acc_norm | piqa acc |")
     assert rule == "|---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -200,13 +201,13 @@ def test_a_tables_cells_for_what_is_missing_and_for_settings_of_an_entry_and_a_s
     group = dict(group="x", mode="geonorm", lr=3e-4, tripled=False, sweep={"geo_alpha": 3.0},
                  own={"tie_embeddings": False}, runs=[dict(status="interrupted")], finished=0, diverged=0,
                  final_val_loss=None, best_val_loss=None, tokens_per_s=None, seconds=None, tasks={}, gap=None)
-    assert rows_of(plots.table([group]))[2] == ("| geonorm | tie_embeddings=False geo_alpha=3.0 | 0.0003 | 0 | "
+    assert rows_of(results.table([group]))[2] == ("| geonorm | tie_embeddings=False geo_alpha=3.0 | 0.0003 | 0 | "
                                                 "interrupted | — | — | no | — | — |")
-    assert rows_of(plots.table([group | dict(diverged=2, runs=[dict(status="diverged")] * 2)]))[2].split(" | ")[4] == \
+    assert rows_of(results.table([group | dict(diverged=2, runs=[dict(status="diverged")] * 2)]))[2].split(" | ")[4] == \
         "diverged"
     one = group | dict(finished=1, final_val_loss=(1.23456, 0.0), best_val_loss=1.2, tokens_per_s=1234567.8,
                        seconds=99.6, gap=dict(mean=0.01234, std=0.0, seeds=1))
-    assert rows_of(plots.table([one]))[2].split(" | ")[3:] == ["1", "1.2346", "+0.0123", "1.2000", "no", "1,234,568",
+    assert rows_of(results.table([one]))[2].split(" | ")[3:] == ["1", "1.2346", "+0.0123", "1.2000", "no", "1,234,568",
                                                                "100 s |"]
 
 
@@ -219,19 +220,19 @@ def test_a_tables_cells_for_what_is_missing_and_for_settings_of_an_entry_and_a_s
     (dict(mean=0.01, std=0.0, seeds=1), 2, "+0.0100 (1)"),
 ])
 def test_a_gap_cell_counts_its_seeds_where_they_are_not_the_rows(gap, seeds, cell):
-    assert plots.gap_cell(gap, seeds) == cell
+    assert results.gap_cell(gap, seeds) == cell
 
 
 @pytest.mark.parametrize("seconds, cell", [(None, "—"), (0.4, "0 s"), (99.4, "99 s"), (99.5, "100 s"),
                                            (100, "1.7 min"), (750, "12.5 min"), (7200, "120.0 min")])
 def test_a_wall_time_is_seconds_below_a_hundred_then_minutes(seconds, cell):
-    assert plots.minutes(seconds) == cell
+    assert results.minutes(seconds) == cell
 
 
 def test_a_score_cell_shows_the_spread_only_over_several_runs():
-    assert plots.score_cell(None) == "—"
-    assert plots.score_cell(dict(mean=0.123456, std=0.01, runs=1)) == "0.1235"
-    assert plots.score_cell(dict(mean=0.123456, std=0.01, runs=2)) == "0.1235 ± 0.0100"
+    assert results.score_cell(None) == "—"
+    assert results.score_cell(dict(mean=0.123456, std=0.01, runs=1)) == "0.1235"
+    assert results.score_cell(dict(mean=0.123456, std=0.01, runs=2)) == "0.1235 ± 0.0100"
 
 
 def ladder_of(tmp_path):
@@ -246,12 +247,12 @@ def ladder_of(tmp_path):
         write_run(run["dir"], [(0, 4.0), (5, 3.0), (10, last)], status, seconds=60.0 * seed * n,
                   stats={s: dict(grad_norm=[seed * (b + 1) * (1 + s) for b in range(n)],
                                  angle=[0.1 * (b + 1) for b in range(n)], resid_rms=[1.0] * n) for s in (0, 5, 10)})
-    return plan, runs, plots.summarize(runs, plan)
+    return plan, runs, results.summarize(runs, plan)
 
 
 def test_a_size_table_is_loss_per_mode_and_size_then_the_time_per_run_and_of_all_runs(tmp_path):
     plan, _, groups = ladder_of(tmp_path)
-    rows = rows_of(plots.size_table(groups, plan, "n_layer"))
+    rows = rows_of(results.size_table(groups, plan, "n_layer"))
     pre4 = [2.0 - 0.4 + 0.01 * s for s in (1, 2, 3)]
     peri4 = [2.0 - 0.4 + 0.01 * s + 0.05 for s in (1, 2)]
     assert rows[:4] == [
@@ -264,31 +265,31 @@ def test_a_size_table_is_loss_per_mode_and_size_then_the_time_per_run_and_of_all
     assert rows[4] == f"| time per run | 60 s | 2.0 min | {statistics.mean(at4) / 60:.1f} min |"
     assert rows[5] == f"| time, all runs | 2.0 min | 2.0 min | {sum(at4) / 60:.1f} min |"
     partial = [g for g in groups if g["group"] != "peri_lr0.001_n_layer2"]
-    assert rows_of(plots.size_table(partial, plan, "n_layer"))[3].startswith("| peri | 1.9600 | — | ")
+    assert rows_of(results.size_table(partial, plan, "n_layer"))[3].startswith("| peri | 1.9600 | — | ")
     unrun = [g | dict(runs=[dict(r, status="not run", seconds=None) for r in g["runs"]], finished=0, diverged=0,
                       final_val_loss=None) for g in groups]
-    assert rows_of(plots.size_table(unrun, plan, "n_layer"))[4:] == ["| time per run | — | — | — |",
+    assert rows_of(results.size_table(unrun, plan, "n_layer"))[4:] == ["| time per run | — | — | — |",
                                                                       "| time, all runs | — | — | — |"]
 
 
 def test_results_md_has_the_command_the_tables_the_ranking_and_the_figures(tmp_path, lab):
     plan, runs, _ = lab
-    groups = plots.summarize(runs, plan)
-    text = plots.results_text(groups, plan, ["configs/x.py", "--seeds=1,2,3"], ["a.png", "b.png"])
+    groups = results.summarize(runs, plan)
+    text = results.results_text(groups, plan, ["configs/x.py", "--seeds=1,2,3"], ["a.png", "b.png"])
     assert text.startswith("# Ablation\n\n`python ablate.py configs/x.py --seeds=1,2,3`\n\n")
     assert ("time/run: a run's wall time, mean over them. Eval tasks (eval.py, lm-eval): acc_norm where the task "
             "has it, else acc, mean ± std over the seeds that finished.\n\n| mode |") in text
-    assert "\n\n" + plots.table(groups) + "\n\nLowest final val loss first: " in text
+    assert "\n\n" + results.table(groups) + "\n\nLowest final val loss first: " in text
     simple, geo, pre = (statistics.mean(v) for v in ([1.30], [1.40, 1.75], [1.50, 1.60, 1.85]))
     assert (f"Lowest final val loss first: simplenorm_lr0.003 {simple:.4f} < geonorm_lr0.001 {geo:.4f} < "
             f"pre_lr0.001 {pre:.4f}\n\n![a.png](a.png)\n![b.png](b.png)\n") in text
     plan, _, groups = ladder_of(tmp_path / "ladder")
-    text = plots.results_text(groups, plan, [], [])
+    text = results.results_text(groups, plan, [], [])
     assert "Eval tasks" not in text and "time/run: a run's wall time, mean over them.\n\n| mode |" in text
-    table = plots.size_table(groups, plan, "n_layer")
+    table = results.size_table(groups, plan, "n_layer")
     assert f"\n\n{table}\n\nLowest final val loss first: pre_lr0.001_n_layer4 " in text
     none = [g | dict(final_val_loss=None) for g in groups]
-    assert plots.results_text(none, plan, [], []).endswith("Lowest final val loss first: none finished\n\n")
+    assert results.results_text(none, plan, [], []).endswith("Lowest final val loss first: none finished\n\n")
 
 
 def test_the_gap_to_pre_pairs_seeds_and_takes_pre_at_the_base_lr_for_a_tripled_simplenorm():
@@ -301,18 +302,18 @@ def test_the_gap_to_pre_pairs_seeds_and_takes_pre_at_the_base_lr_for_a_tripled_s
     pre = [group("pre", 1e-3, [run(1, 2.0), run(2, 3.0), run(3, 9.0, "failed")]),
            group("pre", 3e-3, [run(1, 5.0), run(2, 5.0)])]
     simple = group("simplenorm", 3e-3, [run(1, 2.5), run(2, 3.1), run(3, 1.0), run(4, 1.0)], tripled=True)
-    mean, std = plots.mean_std([2.5 - 2.0, 3.1 - 3.0])
-    assert plots.gap_to_pre(simple, pre + [simple], plan) == dict(mean=mean, std=std, seeds=2)
+    mean, std = results.mean_std([2.5 - 2.0, 3.1 - 3.0])
+    assert results.gap_to_pre(simple, pre + [simple], plan) == dict(mean=mean, std=std, seeds=2)
     geo = group("geonorm", 3e-3, [run(1, 4.0)], sweep={"geo_alpha": 3.0})
-    assert plots.gap_to_pre(geo, pre + [geo], plan) == dict(mean=-1.0, std=0.0, seeds=1)
+    assert results.gap_to_pre(geo, pre + [geo], plan) == dict(mean=-1.0, std=0.0, seeds=1)
     wide = group("geonorm", 1e-3, [run(1, 4.0)], sweep={"n_embd": 64})  # pre has no n_embd 64 here
-    assert plots.gap_to_pre(wide, pre + [wide], plan) is None and plots.gap_to_pre(pre[0], pre, plan) is None
+    assert results.gap_to_pre(wide, pre + [wide], plan) is None and results.gap_to_pre(pre[0], pre, plan) is None
 
 
 def test_a_group_with_no_finished_run_shows_its_gravest_status():
     """A sweep drawn half-way (--figures) tables the runs it has not reached as "not run", not as failures."""
     group = lambda *statuses: dict(runs=[dict(status=s) for s in statuses], diverged=statuses.count("diverged"))
-    shown = [plots.no_result(group(*s)) for s in [("not run", "not run"), ("failed", "interrupted"),
+    shown = [results.no_result(group(*s)) for s in [("not run", "not run"), ("failed", "interrupted"),
                                                    ("not run", "interrupted"), ("failed", "diverged")]]
     assert shown == ["not run", "failed", "interrupted", "diverged"]
 
@@ -323,12 +324,12 @@ def test_a_size_tables_cell_says_how_many_seeds_finished_and_diverged():
                                                      finished=finished, diverged=diverged, final_val_loss=loss,
                                                      runs=[])
     groups = [group(2, 1, 2, (1.4, 0.0)), group(4, 3, 0, (1.3, 0.01))]
-    rows = plots.size_table(groups, plan, "n_layer").splitlines()
+    rows = results.size_table(groups, plan, "n_layer").splitlines()
     assert rows[2] == "| pre | 1.4000 (1, 2 diverged) | 1.3000 ± 0.0100 (3) |"
-    assert plots.size_table([group(4, 2, 0, (1.3, 0.01))], plan, "n_layer").splitlines()[2] == \
+    assert results.size_table([group(4, 2, 0, (1.3, 0.01))], plan, "n_layer").splitlines()[2] == \
         "| pre | 1.3000 ± 0.0100 (2) |"
     groups = [group(2, 0, 3, None), group(4, 1, 0, (1.3, 0.0))]
-    assert plots.size_table(groups, plan, "n_layer").splitlines()[2] == "| pre | diverged | 1.3000 |"
+    assert results.size_table(groups, plan, "n_layer").splitlines()[2] == "| pre | diverged | 1.3000 |"
 
 
 
@@ -392,7 +393,7 @@ def test_a_diverged_group_without_a_finished_seed_is_labelled_once_and_the_title
         evals = {"pre": [(0, 4.0), (5, 3.0), (10, 2.0 + run["seed"] / 10)], "post": [(0, 4.0), (5, 3.0), (8, 3.5)],
                  "deep": [(0, 4.0), (5, 3.0), (8, math.nan)]}[run["mode"]]
         write_run(run["dir"], evals, "finished" if run["mode"] == "pre" else "diverged")
-    groups = plots.summarize(runs, plan)
+    groups = results.summarize(runs, plan)
     plots.plot_val_loss(groups, plan, tmp_path / "v.png")
     fig, ax, title = drawn["v.png"]
     labels = [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
@@ -409,7 +410,7 @@ def test_a_diverged_group_without_a_finished_seed_is_labelled_once_and_the_title
 def test_two_evaluations_start_the_axes_at_the_first(tmp_path, drawn):
     plan, runs = plan_of(tmp_path, "--modes=pre")
     write_run(runs[0]["dir"], [(0, 4.0), (10, 2.0)])
-    plots.plot_val_loss(plots.summarize(runs, plan), plan, tmp_path / "v.png")
+    plots.plot_val_loss(results.summarize(runs, plan), plan, tmp_path / "v.png")
     fig, ax, title = drawn["v.png"]
     assert ax.get_xlim()[0] == 0 and ax.get_ylim() == pytest.approx((2.0 - 0.03 * 2.0, 4.0))
     assert "diverged" not in title and title.endswith("1 seed")
@@ -418,7 +419,7 @@ def test_two_evaluations_start_the_axes_at_the_first(tmp_path, drawn):
 def test_a_flat_curve_leaves_the_axes_to_matplotlib(tmp_path, drawn, recwarn):
     plan, runs = plan_of(tmp_path, "--modes=pre")
     write_run(runs[0]["dir"], [(0, 2.0), (5, 2.0), (10, 2.0)])
-    plots.plot_val_loss(plots.summarize(runs, plan), plan, tmp_path / "v.png")
+    plots.plot_val_loss(results.summarize(runs, plan), plan, tmp_path / "v.png")
     low, high = drawn["v.png"][1].get_ylim()
     assert low < 2.0 < high and not [str(w.message) for w in recwarn]  # no "identical low and high ylims"
 
@@ -431,7 +432,7 @@ def test_the_learning_rate_figure_is_final_loss_per_rate_with_error_bars_a_littl
         diverged = run["mode"] == "post" or run["mode"] == "geonorm" and run["lr"] == 1e-2
         last = math.inf if diverged else 2.0 + run["lr"] * 10 + run["seed"] / 10
         write_run(run["dir"], [(0, 4.0), (10, last)], "diverged" if diverged else "finished")
-    groups = plots.summarize(runs, plan)
+    groups = results.summarize(runs, plan)
     plots.plot_lr(groups, plan, tmp_path / "lr.png")
     fig, ax, title = drawn["lr.png"]
     lines = lines_of(ax)
@@ -482,7 +483,7 @@ def test_every_figure_marks_alike_a_diverged_seed_an_error_bar_and_a_curve(tmp_p
         write_run(run["dir"], [(0, 4.0), (5, 3.0), (10, math.inf if diverged else 2.0 + run["seed"] / 10)],
                   "diverged" if diverged else "finished",
                   stats={s: dict(grad_norm=[1.0] * 2, angle=[0.5] * 2, resid_rms=[1.0] * 2) for s in (0, 10)})
-    groups = plots.summarize(runs, plan)
+    groups = results.summarize(runs, plan)
     names = plots.plot_all(groups, plan, tmp_path)
     assert "lr.png" in names and "size.png" in names and "angle_n_layer2.png" in names
     for name, (fig, ax, _) in drawn.items():
@@ -598,7 +599,7 @@ def test_a_size_figures_diverged_point_is_an_x_at_the_top_labelled_when_its_fami
     for run in runs:
         post = run["mode"] == "post"
         write_run(run["dir"], [(0, 4.0), (10, math.inf if post else 2.0)], "diverged" if post else "finished")
-    groups = plots.summarize(runs, plan)
+    groups = results.summarize(runs, plan)
     plots.plot_size(groups, plan, "n_embd", False, tmp_path / "size.png")
     fig, ax, title = drawn["size.png"]
     crosses = [(list(line.get_xdata()), list(line.get_ydata()), line.get_label()) for line in ax.get_lines()
@@ -631,7 +632,7 @@ def test_every_figure_an_ablation_allows_and_only_those(tmp_path, drawn):
     for run in runs:
         write_run(run["dir"], [(0, 4.0), (10, 2.0)], stats={0: dict(grad_norm=[1, 1], resid_rms=[1, 1], angle=[1, 1]),
                                                             10: dict(grad_norm=[1, 1], resid_rms=[1, 1], angle=[1, 1])})
-    groups = plots.summarize(runs, plan)
+    groups = results.summarize(runs, plan)
     assert plots.plot_all(groups, plan, tmp_path) == ["val_loss.png", "lr.png", "grad_norm.png", "resid_rms.png",
                                                       "angle.png"]
     without = [g | dict(runs=[r | dict(stats=[]) for r in g["runs"]]) for g in groups]
@@ -644,12 +645,12 @@ def test_a_size_sweep_at_several_learning_rates_draws_the_learning_rate_figure_t
     plan, runs = plan_of(tmp_path, "--modes=pre", "--sweep=n_layer=1,2", "--lrs=1e-3,2e-3")
     for run in runs:
         write_run(run["dir"], [(0, 4.0), (10, 2.0)])
-    names = plots.plot_all(plots.summarize(runs, plan), plan, tmp_path)
+    names = plots.plot_all(results.summarize(runs, plan), plan, tmp_path)
     assert names[-1] == "lr.png" and "val_loss.png" not in names
     plan, runs = plan_of(tmp_path / "one", "--modes=pre", "--sweep=n_layer=1,2", "--lrs=1e-3")  # one given: no
     for run in runs:
         write_run(run["dir"], [(0, 4.0), (10, 2.0)])
-    assert "lr.png" not in plots.plot_all(plots.summarize(runs, plan), plan, tmp_path)
+    assert "lr.png" not in plots.plot_all(results.summarize(runs, plan), plan, tmp_path)
 
 
 def test_a_figure_is_a_small_png_with_its_title_and_the_legend_outside_the_axes(tmp_path):
@@ -720,14 +721,14 @@ def test_the_variants_of_a_mode_are_shades_and_line_styles_of_its_colour():
 def test_a_legend_label_names_the_mode_its_sweep_point_without_the_modes_prefix_and_another_lr():
     plan = dict(base=dict(learning_rate=1e-3))
     group = lambda mode, lr=1e-3, tripled=False, sweep={}: dict(mode=mode, lr=lr, tripled=tripled, sweep=sweep)
-    assert plots.label(group("geonorm", sweep={"geo_alpha": 3.0, "n_layer": 4}), plan) == "geonorm alpha=3.0 n_layer=4"
-    assert plots.label(group("geonorm", sweep={"geo_alpha": 3.0, "n_layer": 4}), plan, without=("n_layer",)) == \
+    assert results.label(group("geonorm", sweep={"geo_alpha": 3.0, "n_layer": 4}), plan) == "geonorm alpha=3.0 n_layer=4"
+    assert results.label(group("geonorm", sweep={"geo_alpha": 3.0, "n_layer": 4}), plan, without=("n_layer",)) == \
         "geonorm alpha=3.0"
-    assert plots.label(group("pre", sweep={"geo_alpha": 3.0}), plan) == "pre geo_alpha=3.0"  # not pre's prefix
-    assert plots.label(group("simplenorm", 3e-3, True), plan) == "simplenorm lr 0.003 (3×)"
-    assert plots.label(group("simplenorm", 3e-3, True), plan, with_lr=False) == "simplenorm"
-    assert plots.label(group("pre", 2e-3), plan) == "pre lr 0.002"
-    assert plots.label(group("peri", 1e-3, sweep={"sandwich_eps": 1e-6}), plan) == "peri sandwich_eps=1e-06"
+    assert results.label(group("pre", sweep={"geo_alpha": 3.0}), plan) == "pre geo_alpha=3.0"  # not pre's prefix
+    assert results.label(group("simplenorm", 3e-3, True), plan) == "simplenorm lr 0.003 (3×)"
+    assert results.label(group("simplenorm", 3e-3, True), plan, with_lr=False) == "simplenorm"
+    assert results.label(group("pre", 2e-3), plan) == "pre lr 0.002"
+    assert results.label(group("peri", 1e-3, sweep={"sandwich_eps": 1e-6}), plan) == "peri sandwich_eps=1e-06"
 
 
 def test_a_title_names_the_dataset_the_block_the_size_range_the_rate_the_steps_and_the_seeds(tmp_path):
@@ -773,7 +774,7 @@ def test_the_gap_to_pre_is_at_the_same_point_of_a_sweep_that_varies_pre_through_
                          "--entry_settings={'pre': {'norm_type': 'dyt'}, 'sandwich': {'norm_type': 'dyt'}}")
     for run in runs:
         write_run(run["dir"], [(0, 4.0), (10, 2.0 + run["sweep"]["dyt_alpha_attn"] + (run["mode"] == "sandwich"))])
-    gaps = {g["group"]: g["gap"] for g in plots.summarize(runs, plan)}
+    gaps = {g["group"]: g["gap"] for g in results.summarize(runs, plan)}
     assert gaps["sandwich_lr0.001_dyt_alpha_attn0.5"] == gaps["sandwich_lr0.001_dyt_alpha_attn1.0"] == dict(
         mean=1.0, std=0.0, seeds=1)
 
@@ -799,8 +800,8 @@ def test_the_race_takes_each_entry_at_its_own_best_rate_and_pairs_its_seeds_with
             continue  # not run
         last = RACE[run["mode"], run["lr"]][run["seed"] - 1]
         write_run(run["dir"], [(0, 4.0), (10, last)], "finished" if math.isfinite(last) else "diverged")
-    groups = plots.summarize(runs, plan)
-    rows = {row["mode"]: row for row in plots.race(groups, plan)}
+    groups = results.summarize(runs, plan)
+    rows = {row["mode"]: row for row in results.race(groups, plan)}
     assert {m: (r["best_lr"], r["largest_training"], r["inside"]) for m, r in rows.items()} == {
         "pre": (2e-3, 4e-3, True), "post": (4e-3, 4e-3, False), "geonorm": (1e-3, 2e-3, False)}
     assert rows["pre"]["per_seed"] == {1: 1.70, 2: 1.74} and rows["pre"]["gap"] is None
@@ -809,7 +810,7 @@ def test_the_race_takes_each_entry_at_its_own_best_rate_and_pairs_its_seeds_with
     half = 12.706 * statistics.stdev(gaps) / math.sqrt(2)  # t at 95% with 1 degree of freedom
     assert rows["post"]["gap"] == dict(mean=pytest.approx(statistics.mean(gaps)), ci95=pytest.approx(half),
                                        seeds=2, pre_lr=2e-3)
-    text = plots.results_text(groups, plan, ["CONFIG"], [])
+    text = results.results_text(groups, plan, ["CONFIG"], [])
     row = next(line for line in text.splitlines() if line.startswith("| post | 0.004 |"))
     mean = statistics.mean(gaps)
     assert f"{mean:+.4f} [{mean - half:+.4f}, {mean + half:+.4f}] (2), pre at 0.002" in row
@@ -821,22 +822,22 @@ def test_the_race_takes_each_entry_at_its_own_best_rate_and_pairs_its_seeds_with
         elif run["mode"] != "pre":
             for name in ("log.jsonl", "seconds.json"):
                 (run["dir"] / name).unlink(missing_ok=True)
-    rows = plots.race_table(plots.race(plots.summarize(runs, plan), plan)).splitlines()
+    rows = results.race_table(results.race(results.summarize(runs, plan), plan)).splitlines()
     assert rows[3] == "| post | — | no rate trains | — | — | — | — |"
     shutil.rmtree(tmp_path / "out" / "ablate")
-    rows = plots.race_table(plots.race(plots.summarize(runs, plan), plan)).splitlines()
+    rows = results.race_table(results.race(results.summarize(runs, plan), plan)).splitlines()
     assert rows[3] == "| post | — | none finished | — | — | — | — |"
     one_rate, one_runs = plan_of(tmp_path / "one", "--modes=pre,post", "--seeds=1")
-    assert plots.race(plots.summarize(one_runs, one_rate), one_rate) == []  # no rates swept: no race
+    assert results.race(results.summarize(one_runs, one_rate), one_rate) == []  # no rates swept: no race
 
 
 @pytest.mark.parametrize("n, t", [(2, 12.706), (3, 4.303), (5, 2.776), (31, 2.042), (40, 1.96)])
 def test_the_95_interval_is_students_t_over_the_seeds(n, t):
     values = [float(i % 3) for i in range(n)]
-    mean, half = plots.interval95(values)
+    mean, half = results.interval95(values)
     assert mean == pytest.approx(statistics.mean(values))
     assert half == pytest.approx(t * statistics.stdev(values) / math.sqrt(n))
-    assert plots.interval95([1.0]) == (1.0, None)
+    assert results.interval95([1.0]) == (1.0, None)
 
 
 def test_a_rate_whose_runs_end_on_the_frequency_plateau_does_not_train(tmp_path):
@@ -851,15 +852,15 @@ def test_a_rate_whose_runs_end_on_the_frequency_plateau_does_not_train(tmp_path)
     plan, runs = plan_of(tmp_path, "--modes=pre,post", "--lrs=1e-3,2e-3,4e-3", "--seeds=1",
                          meta=dict(tokenizer="char", vocab_size=2, shards=shards))
     baseline = -(0.5 * math.log(0.75) + 0.5 * math.log(0.25))
-    assert plots.frequency_loss(plan) == pytest.approx(baseline)
+    assert results.frequency_loss(plan) == pytest.approx(baseline)
     finals = {1e-3: 0.60, 2e-3: 0.55, 4e-3: 0.96 * baseline}  # 4e-3: on the plateau, and lowest for post
     finals_post = {1e-3: 0.60, 2e-3: 0.70, 4e-3: 0.30 * baseline}
     for run in runs:
         last = (finals if run["mode"] == "pre" else finals_post)[run["lr"]]
         write_run(run["dir"], [(0, 1.0), (10, last)])
-    rows = {row["mode"]: row for row in plots.race(plots.summarize(runs, plan), plan)}
+    rows = {row["mode"]: row for row in results.race(results.summarize(runs, plan), plan)}
     assert (rows["pre"]["best_lr"], rows["pre"]["largest_training"]) == (2e-3, 2e-3)
     assert (rows["post"]["best_lr"], rows["post"]["largest_training"]) == (4e-3, 4e-3)
     assert rows["pre"]["frequency_loss"] == pytest.approx(baseline)
-    text = plots.results_text(plots.summarize(runs, plan), plan, ["CONFIG"], [])
+    text = results.results_text(results.summarize(runs, plan), plan, ["CONFIG"], [])
     assert f"by its training frequency, {baseline:.4f} here" in text
