@@ -178,7 +178,8 @@ PREFIX_OF_MODE = {mode: prefix for prefix, mode in MODE_OF_PREFIX.items()}
 
 
 def entry_of(mode, given, entry):
-    """An entry's own train.py settings over the config's: its preset's or norm_mode, then entry_settings."""
+    """An entry's own train.py settings over the config's (given): its preset's or norm_mode, then the
+    ablation's own for it (entry, ablate.py's ablate_entry_settings)."""
     return given | entry_settings(mode) | entry.get(mode, {})
 
 
