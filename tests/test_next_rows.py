@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import configurator
 from conftest import ROOT, batch, build, copy_probability, count_params, error_of, randomize, rope_rows
 from data import GPT2_META
-from model import ARCHS, GPT, GPTConfig, Derf, DyT, gpas
+from model import ADDITIVE_MODES, ARCHS, GPT, GPTConfig, Derf, DyT, gpas
 
 PRE_PARAMS = 124_373_760  # pre at GPT-2 small's shape, bias=False (§14's baseline)
 
@@ -304,7 +304,7 @@ def zero_sublayer(model, j):
 
 
 @pytest.mark.parametrize("scale", ["layerscale", "lambda"])
-@pytest.mark.parametrize("mode", ADDITIVE)
+@pytest.mark.parametrize("mode", ADDITIVE_MODES)
 def test_res_scale_S1_S2_each_sub_layer_takes_its_own_scale_on_every_host(mode, scale):
     """With sub-layer j's scales at 1 (its branch's λ, or λ_res and λ_post) and the other's branch
     scaled to 0, a block is its host's with the other sub-layer silenced: a scale taken for the wrong
