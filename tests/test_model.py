@@ -751,7 +751,7 @@ def test_estimate_mfu_of_a_hand_counted_model():
     (dict(arch="llama", bias=True), ("arch='llama'", "bias=False")),
     (dict(n_kv_head=3), ("n_head=4", "n_kv_head=3", "divisors of n_head")),
     (dict(n_kv_head=0), ("n_kv_head", "positive int", "0")),
-    (dict(arch="llama", n_embd=60, n_head=4), ("n_embd/n_head = 15", "odd", "head size is even")),
+    (dict(arch="llama", n_embd=60, n_head=4), ("n_embd/n_head = 15 is odd", "head size is even")),
     (dict(multiple_of=0), ("multiple_of", "positive int", "0")),
     (dict(ffn_dim_multiplier=-1.0), ("ffn_dim_multiplier", "None or > 0", "-1.0")),
     (dict(ffn_dim_multiplier=0.0), ("ffn_dim_multiplier", "None or > 0", "0.0")),

@@ -354,6 +354,10 @@ def test_x0_mix_S3_ramps_identity_at_one_and_zero_and_block_one_reads_the_mix(ar
     mus = [b.x0_lambda.item() for b in blocks]
     assert lambdas == pytest.approx([1.15, 1.15 - 0.1 / 3, 1.15 - 0.2 / 3, 1.05])
     assert mus == pytest.approx([0.20, 0.15, 0.10, 0.05])
+    for L, ramps in ((1, [1.15, 0.20]), (2, [1.15, 0.20, 1.05, 0.05])):  # the ends at any depth
+        blocks = build64(arch=arch, n_layer=L, x0_mix=True).transformer.h
+        got = [v for b in blocks for v in (b.block_lambda.item(), b.x0_lambda.item())]
+        assert got == pytest.approx(ramps)
     host = randomize(build64(arch=arch, n_layer=4))
     mix = {k: torch.full_like(v, float("block" in k)) for k, v in model.state_dict().items()
            if "_lambda" in k}  # λ = 1, μ = 0
