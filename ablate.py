@@ -97,7 +97,7 @@ def check_names(argv):
     for arg in (arg for arg in argv if arg.startswith("--")):
         name = arg[2:].partition("=")[0]
         if name not in own and name not in train and "ablate_" + name not in own:
-            short = {n.removeprefix("ablate_"): f"--{n.removeprefix('ablate_')}" for n in own}
+            short = {s: f"--{s}" for s in (n.removeprefix("ablate_") for n in own)}
             hint = configurator.did_you_mean(name, short, {n: repr(n) for n in train},
                                              otherwise="python ablate.py --help lists them all")
             sys.exit(f"error: unknown setting {name!r} in {arg}: {hint}")

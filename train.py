@@ -358,6 +358,7 @@ def run_training(cfg, proc, ckpt, meta, data, config):
     speed = measure.Throughput(raw_model, cfg, proc.world, proc.accum, proc.device,
                                first_step=run.step)
     signals, status, val_loss = devices.Signals(), "finished", None
+    gates = [p for name, p in raw_model.named_parameters() if name.endswith("gpas_gate")]  # GPAS's g
     # then each step the next's
     batch = micro_batch(data, cfg, proc.device, run.step, proc.rank * proc.accum)
     try:
@@ -394,7 +395,6 @@ def run_training(cfg, proc, ckpt, meta, data, config):
             grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(),
                                                        cfg.grad_clip or math.inf)
             if cfg.gpas_gate_clip:  # GPAS's authors: the gates' own norm, after the global clip
-                gates = [p for name, p in raw_model.named_parameters() if name.endswith("gpas_gate")]
                 torch.nn.utils.clip_grad_norm_(gates, cfg.gpas_gate_clip)
             if isinstance(grad_norm, DTensor):  # fsdp: the norm over all shards
                 grad_norm = grad_norm.full_tensor()
