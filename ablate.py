@@ -39,7 +39,7 @@ from pathlib import Path
 
 import checkpoint
 import configurator
-from checkpoint import evaluated, read_log
+from logbook import evaluated, read_log
 from configurator import entry_of, varies
 from plots import plot_all
 from results import race, race_table, results_text, size_key, size_table, summarize, table

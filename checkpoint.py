@@ -1,22 +1,20 @@
 """
-A run's files in out_dir: its checkpoint, whole (ckpt.pt) or sharded (the link ckpt -> the folder ckpt-STEP/),
-log.jsonl and config.json's provenance. train.py writes them; sample.py and eval.py take the trained model
-from load_model, ablate.py reads the rest, none of them importing the trainer. This is the one place that
-knows the two checkpoint formats.
+A run's checkpoint in out_dir, whole (ckpt.pt) or sharded (the link ckpt -> the folder ckpt-STEP/):
+saving it, checking it, restoring a run from it, and the checks a resume makes against it. train.py
+writes it; sample.py and eval.py take the trained model from load_model, none of them importing the
+trainer. This is the one place that knows the two checkpoint formats (logbook.py holds the run's
+config.json and log.jsonl).
 
-Every save records the crc32 of each file of the checkpoint (ckpt.pt.crc32.json beside ckpt.pt, checksums.json
-in a sharded folder) and every read checks them first: a file missing, cut short or with one byte flipped is a
-one-line error naming it, never a model that trains or samples on garbage.
+Every save records the crc32 of each file of the checkpoint (ckpt.pt.crc32.json beside ckpt.pt,
+checksums.json in a sharded folder) and every read checks them first: a file missing, cut short or
+with one byte flipped is a one-line error naming it, never a model that trains or samples on garbage.
 """
 import dataclasses
 import json
-import math
 import os
 import pickle
 import re
 import shutil
-import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -25,7 +23,6 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -33,7 +30,8 @@ import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
                                                      get_state_dict, set_state_dict)
 
-from data import atomic_write, first_line, write_json
+from data import first_line, write_json
+from logbook import read_events
 from model import GPT, GPTConfig
 
 warnings.filterwarnings("ignore", "torch.distributed is disabled")  # DCP read by one process: meant
@@ -272,22 +270,6 @@ def restore(model, optimizer, ckpt, out_dir):
         group.update(hyperparameters)
 
 
-@dataclasses.dataclass
-class Progress:
-    """Where the run stands: its step, best val loss, the last step whose evaluation is in the log, and the
-    step of its last checkpoint (None: none yet)."""
-    step: int = 0
-    best_val: float = math.inf
-    evaluated: int | None = None
-    saved: int | None = None
-
-    @classmethod
-    def of(cls, ckpt):
-        """A new run's, or the checkpoint's (a stop saves before the evaluation due at its step)."""
-        s = ckpt and ckpt["iter_num"]
-        return cls(s, ckpt["best_val_loss"], s if ckpt.get("evaluated", True) else None, s) if ckpt else cls()
-
-
 def save_run(cfg, proc, raw_model, optimizer, meta, run):
     """train.py's checkpoint of run's step, from every process (fsdp's save is a collective)."""
     t0, fields = time.time(), dict(model_args=dataclasses.asdict(raw_model.config), iter_num=run.step,
@@ -341,75 +323,3 @@ def remove_checkpoints(out_dir, keep):
     for path in [whole, sums_path(whole), out_dir / "ckpt", *folders]:
         if path.name not in keep and (path.is_symlink() or path.exists()):
             shutil.rmtree(path) if path in folders else path.unlink()
-
-
-def read_events(path):
-    """The events of a run's log.jsonl (none if it is missing), less a line cut short by a crash. A file
-    that is not a run's log (a folder, a line that is not a record) is a one-line error."""
-    try:
-        lines = path.read_text().splitlines() if path.exists() else []
-    except (OSError, UnicodeDecodeError) as e:
-        sys.exit(f"error: cannot read {path} ({first_line(e)}): move it away, or choose another out_dir")
-    events = []
-    for number, line in enumerate(lines, 1):
-        try:
-            event = json.loads(line)
-        except ValueError:  # cut short by a crash
-            continue
-        if not isinstance(event, dict) or not isinstance(event.get("event"), str) or "iter" not in event:
-            sys.exit(f"error: {path}, line {number}, is not a log record ({line[:40]!r}): the file is not "
-                     "train.py's log; move it away, or choose another out_dir")
-        events.append(event)
-    return events
-
-
-def trim_log(path, step):
-    """Keep the events up to step, the checkpoint's (none from scratch), and no old 'end': no step twice.
-    Rewritten atomically: a kill -9 midway leaves the old log whole."""
-    keep = [e for e in read_events(path) if e["event"] != "end" and e["iter"] <= step]
-    atomic_write(path, "".join(json.dumps(e) + "\n" for e in keep).encode())
-
-
-def provenance():
-    """The code's git revision and the library versions, for config.json."""
-    try:
-        git = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True).stdout.strip()
-    except OSError:  # no git
-        git = ""
-    return dict(git=git or None, python=sys.version.split()[0], torch=torch.__version__, numpy=np.__version__,
-                cuda=torch.version.cuda)
-
-
-# ------------------------------------------------------------------- a run's log, as ablate.py reads it
-
-def read_log(folder):
-    """A run's status, eval curve, layer stats and results, from its log.jsonl. Status: finished, diverged
-    (a non-finite loss, in training or at the last evaluation), interrupted, failed (no end line: crashed), or
-    not run (neither log.jsonl nor train.log: a run of a sweep not reached yet).
-    Results come from the events, not the end line: after a resume that line covers only the resumed part."""
-    events = read_events(folder / "log.jsonl")
-    end = events[-1] if events and events[-1]["event"] == "end" else None
-    evals = [(e["iter"], e["val_loss"]) for e in events if e["event"] == "eval"]
-    speeds = [e["tokens_per_s"] for e in events if e["event"] == "train" and e["tokens_per_s"]]  # None: untimed
-    started = (folder / "log.jsonl").exists() or (folder / "train.log").exists()
-    status = end["status"] if end else "failed" if started else "not run"
-    if status == "finished" and evals and not math.isfinite(evals[-1][1]):
-        status = "diverged"  # a finite training loss, but not the evaluation's
-    timing = folder / "seconds.json"  # train.py's wall time in all sittings, kept by execute
-    return dict(status=status, iter=end and end["iter"], evals=evals,
-                seconds=json.loads(timing.read_text())["seconds"] if timing.exists() else None,
-                stats=[e for e in events if e["event"] == "layer_stats"],
-                final_val_loss=evals[-1][1] if evals else None,
-                best_val_loss=min((loss for _, loss in evals), default=None),
-                tokens_per_s=statistics.fmean(speeds) if speeds else None)
-
-
-def evaluated(folder, evaluation):
-    """Whether folder/eval.json scored the tasks with the limit asked for."""
-    path = folder / "eval.json"
-    try:
-        done = json.loads(path.read_text())["settings"] if path.exists() else {}
-    except (OSError, ValueError, KeyError, TypeError) as e:  # a folder, not JSON, not eval.py's
-        sys.exit(f"error: {path} is not eval.py's report ({first_line(e)}): move it away to score again")
-    return all(done.get(k) == evaluation[k] for k in ("tasks", "limit"))

@@ -1,8 +1,7 @@
-"""The process a script runs in: its device and dtype, its place among torchrun's processes, how a model is
-spread over them (DDP or FSDP2), and the signals that stop it."""
+"""The process a script runs in: its device and dtype, its place among torchrun's processes, and
+how a model is spread over them (DDP or FSDP2)."""
 import dataclasses
 import os
-import signal
 import sys
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -216,39 +215,3 @@ def parallelize(model, cfg, proc):
         fully_shard(block, mesh=mesh, mp_policy=mp if bf16 else MixedPrecisionPolicy())
     fully_shard(model, mesh=mesh)
     return model, model
-
-
-class Signals:
-    """SIGINT and SIGTERM, however many, counted in received while installed: train.py stops after the step in
-    flight, skips evaluation and saves at once. The third SIGINT stops at once, without a checkpoint.
-    Python runs a handler once for signals that land together (three Ctrl-C within a step): each delivery
-    is counted from the bytes the interpreter writes to its wakeup pipe, one a signal."""
-
-    def __init__(self):
-        self.received = []
-        self.pipe = os.pipe()
-        for end in self.pipe:
-            os.set_blocking(end, False)
-        self.wakeup = signal.set_wakeup_fd(self.pipe[1], warn_on_full_buffer=False)
-        self.handlers = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def on_signal(self, signum, frame):  # os.write, not print: a signal can land inside a print (not reentrant)
-        try:
-            delivered = list(os.read(self.pipe[0], 1024))  # every signal since the last call, this one too
-        except BlockingIOError:  # counted already, by the call before this one
-            return
-        self.received += delivered
-        if self.received.count(signal.SIGINT) >= 3:  # the deliberate way out: SIGINT's default action, no save
-            os.write(2, b"SIGINT three times: stopping now, without a checkpoint\n")
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-        os.write(2, f"{signal.Signals(signum).name}: saving a checkpoint after this step (the third SIGINT "
-                    "stops at once)\n".encode())
-
-    def restore(self):
-        """The handlers and the wakeup fd from before."""
-        for s, handler in self.handlers.items():
-            signal.signal(s, handler)
-        signal.set_wakeup_fd(self.wakeup)
-        for end in self.pipe:
-            os.close(end)

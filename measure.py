@@ -1,15 +1,11 @@
-"""What a run measures besides its loss (speed and MFU, the memory estimate, per-block statistics) and the
-log it records them in."""
+"""What a run measures besides its loss: peak FLOP/s and MFU, the memory estimate, per-block
+statistics, and the lines train.py prints before it trains (banner, and plan for a dry run)."""
 import dataclasses
-import json
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-import checkpoint
-from data import write_json
-from devices import autocast, compiles, pick_dtype
+from devices import autocast, pick_dtype
 from model import GPT
 
 # Dense bf16 tensor-core FLOP/s (no sparsity) from the vendors' datasheets, by the words of a GPU's name as
@@ -33,45 +29,6 @@ def device_peak_flops(cfg, device):
     """(GPU name or "", its dense bf16 FLOP/s for MFU): the peak_flops setting, else looked up by name."""
     gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else ""
     return gpu, cfg.peak_flops or peak_flops_of(gpu)
-
-
-class Throughput:
-    """The training speed of the steps between two logs, and MFU when the device's peak FLOP/s is known. A
-    process's first step (it warms up, and compiles when compiling) is left out of the timing."""
-
-    def __init__(self, model, cfg, world, accum, device, first_step):
-        self.model, self.first_step, self.log_interval = model, first_step, cfg.log_interval
-        self.warmup = "compiling, warming up" if compiles(cfg, device) else "warming up"
-        self.micro_batches = cfg.batch_size * accum
-        self.tokens_per_step = cfg.batch_size * cfg.block_size * accum * world
-        self.peak = device_peak_flops(cfg, device)[1]
-        self.times, self.total = [], 0.0  # the window's step times; all timed steps' time
-
-    def add(self, step, seconds):
-        """The time of the step that reached step."""
-        if step > self.first_step + 1:
-            self.times.append(seconds)
-            self.total += seconds
-
-    def window(self):
-        """The train event's timing fields for the steps since the last call; None where none was timed."""
-        dt = sum(self.times) / len(self.times) if self.times else None  # None: the first step alone
-        mfu = self.model.estimate_mfu(self.micro_batches, dt, self.peak) if self.peak and dt else None
-        fields = dict(ms_per_iter=dt and 1000 * dt, tokens_per_s=dt and self.tokens_per_step / dt, mfu=mfu,
-                      timed_steps=len(self.times))
-        self.times = []
-        return fields
-
-    def describe(self, timing, step):
-        """timing (from window) as the end of train.py's progress line at step."""
-        ms, mfu, first = timing["ms_per_iter"], timing["mfu"], step - self.first_step <= self.log_interval
-        return ((f", {ms:.1f} ms/iter, {timing['tokens_per_s']:,.0f} tokens/s" if ms else "")
-                + (f", mfu {100 * mfu:.1f}%" if mfu else "")
-                + (f" (step {self.first_step + 1} untimed: {self.warmup})" if first else ""))
-
-    def overall(self, step):
-        """Tokens/s over all the timed steps up to step, None if none was timed."""
-        return (step - self.first_step - 1) * self.tokens_per_step / self.total if self.total else None
 
 
 def banner(model, cfg, world, accum, dtype, device):
@@ -189,62 +146,3 @@ def layer_stats(raw_model, x, y, ctx):
     return dict(grad_norm=[torch.stack([next(grads).float().norm() for _ in ps]).norm().item() for ps in params],
                 resid_rms=[out.pow(2).mean().sqrt().item() for _, out in io],
                 angle=[rotation_angle(inp, out) for inp, out in io])
-
-
-# ------------------------------------------------------------------------------------------ the log
-
-class Log:
-    """The run's record in out_dir, config.json (the settings as run and the code's version) and log.jsonl
-    (and wandb when asked for), kept by the master process (another process's Log records nothing). A new
-    run opens it at once; a resume only when it has something new to keep, just before its first
-    checkpoint, or at its end (open), holding its records until then: a resume that fails before leaves
-    both files as they were (and one that dies in the save leaves a log ahead, which the next resume trims).
-    Opening trims log.jsonl to the step resumed from (a new run's is emptied): no step is logged twice."""
-
-    def __init__(self, cfg, resumed_at, master):
-        self.cfg, self.resumed_at, self.master = cfg, resumed_at, master
-        self.file = self.wandb = None
-        self.held = []  # a resume's records before it opens
-        if master and resumed_at is None:
-            self.open()
-
-    def open(self):
-        """Write config.json, trim log.jsonl and write the records held so far (once; later calls: nothing)."""
-        if self.file or not self.master:
-            return
-        out_dir = Path(self.cfg.out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        write_json(out_dir / "config.json", dict(config=vars(self.cfg), **checkpoint.provenance()))
-        checkpoint.trim_log(out_dir / "log.jsonl", -1 if self.resumed_at is None else self.resumed_at)
-        if self.cfg.wandb_log:
-            try:
-                import wandb
-                wandb.init(project=self.cfg.wandb_project, name=self.cfg.wandb_run_name, config=vars(self.cfg))
-                self.wandb = wandb
-            except ImportError:
-                print("wandb_log=True but wandb is not installed: logging to log.jsonl only")
-        self.file = open(out_dir / "log.jsonl", "a")
-        for event, fields in self.held:
-            self.write(event, fields)
-        self.held = []
-
-    def record(self, event, **fields):
-        """A line of log.jsonl (and of wandb's log); a resume's end opens the record, whatever it ends with."""
-        if not self.master:
-            return
-        if event == "end":
-            self.open()
-        if self.file:
-            self.write(event, fields)
-        else:
-            self.held.append((event, fields))
-
-    def write(self, event, fields):
-        self.file.write(json.dumps(dict(event=event, **fields)) + "\n")
-        self.file.flush()
-        if self.wandb:
-            self.wandb.log(fields, step=fields["iter"])
-
-    def close(self):
-        if self.file:
-            self.file.close()

@@ -13,7 +13,7 @@ import torch
 import configurator
 from configurator import PREFIX_OF_MODE, entry_of, varies
 from model import GPT
-from checkpoint import evaluated, read_log
+from logbook import evaluated, read_log
 from data import read_shard
 
 # the settings a size sweep varies: its figures plot final loss against them

@@ -26,6 +26,7 @@ SIGINT (Ctrl-C three times) stops at once, without a checkpoint.
 import dataclasses
 import math
 import os
+import signal
 import sys
 import time
 import types
@@ -42,6 +43,7 @@ import configurator
 import devices
 import measure
 import prepare_data
+from logbook import Log
 from data import (GPT2_META, check_out_dir, first_line, get_batch, load_meta, nearest_entry,
                   read_shard, run_cli)
 from model import GPT, GPT2_NAMES, from_gpt2
@@ -320,6 +322,123 @@ def evaluate(model, data, cfg, proc):
     return (losses / cfg.eval_iters).tolist()
 
 
+# -------------------------------------------------------------------------- the loop's bookkeeping
+
+@dataclasses.dataclass
+class Progress:
+    """Where the run stands: its step, best val loss, the last step whose evaluation is in the
+    log, and the step of its last checkpoint (None: none yet)."""
+    step: int = 0
+    best_val: float = math.inf
+    evaluated: int | None = None
+    saved: int | None = None
+
+    @classmethod
+    def of(cls, ckpt):
+        """A new run's, or the checkpoint's (a stop saves before the evaluation due at its
+        step)."""
+        if not ckpt:
+            return cls()
+        step = ckpt["iter_num"]
+        evaluated = step if ckpt.get("evaluated", True) else None
+        return cls(step, ckpt["best_val_loss"], evaluated, step)
+
+
+class Throughput:
+    """The training speed of the steps between two logs, and MFU when the device's peak FLOP/s
+    is known. A process's first step (it warms up, and compiles when compiling) is left out of
+    the timing."""
+
+    def __init__(self, model, cfg, world, accum, device, first_step):
+        self.model = model
+        self.first_step = first_step
+        self.log_interval = cfg.log_interval
+        compiling = devices.compiles(cfg, device)
+        self.warmup = "compiling, warming up" if compiling else "warming up"
+        self.micro_batches = cfg.batch_size * accum
+        self.tokens_per_step = cfg.batch_size * cfg.block_size * accum * world
+        self.peak = measure.device_peak_flops(cfg, device)[1]
+        self.times = []  # the window's step times
+        self.total = 0.0  # all timed steps' time
+
+    def add(self, step, seconds):
+        """The time of the step that reached step."""
+        if step > self.first_step + 1:
+            self.times.append(seconds)
+            self.total += seconds
+
+    def window(self):
+        """The train event's timing fields for the steps since the last call; None where none was
+        timed."""
+        # None: the first step alone
+        dt = sum(self.times) / len(self.times) if self.times else None
+        mfu = None
+        if self.peak and dt:
+            mfu = self.model.estimate_mfu(self.micro_batches, dt, self.peak)
+        fields = dict(ms_per_iter=dt and 1000 * dt, tokens_per_s=dt and self.tokens_per_step / dt,
+                      mfu=mfu, timed_steps=len(self.times))
+        self.times = []
+        return fields
+
+    def describe(self, timing, step):
+        """timing (from window) as the end of the progress line at step."""
+        ms = timing["ms_per_iter"]
+        mfu = timing["mfu"]
+        first = step - self.first_step <= self.log_interval
+        speed = f", {ms:.1f} ms/iter, {timing['tokens_per_s']:,.0f} tokens/s" if ms else ""
+        utilization = f", mfu {100 * mfu:.1f}%" if mfu else ""
+        untimed = f" (step {self.first_step + 1} untimed: {self.warmup})" if first else ""
+        return speed + utilization + untimed
+
+    def overall(self, step):
+        """Tokens/s over all the timed steps up to step, None if none was timed."""
+        if not self.total:
+            return None
+        return (step - self.first_step - 1) * self.tokens_per_step / self.total
+
+
+class Signals:
+    """SIGINT and SIGTERM, however many, counted in received while installed: the loop stops after
+    the step in flight, skips evaluation and saves at once. The third SIGINT stops at once, without
+    a checkpoint. Python runs a handler once for signals that land together (three Ctrl-C within a
+    step): each delivery is counted from the bytes the interpreter writes to its wakeup pipe, one a
+    signal."""
+
+    def __init__(self):
+        self.received = []
+        self.pipe = os.pipe()
+        for end in self.pipe:
+            os.set_blocking(end, False)
+        self.wakeup = signal.set_wakeup_fd(self.pipe[1], warn_on_full_buffer=False)
+        stops = (signal.SIGINT, signal.SIGTERM)
+        self.handlers = {s: signal.signal(s, self.on_signal) for s in stops}
+
+    # os.write, not print: a signal can land inside a print (not reentrant)
+    def on_signal(self, signum, frame):
+        try:
+            # every signal since the last call, this one too
+            delivered = list(os.read(self.pipe[0], 1024))
+        except BlockingIOError:  # counted already, by the call before this one
+            return
+        self.received += delivered
+        # the deliberate way out: SIGINT's default action, no save
+        if self.received.count(signal.SIGINT) >= 3:
+            os.write(2, b"SIGINT three times: stopping now, without a checkpoint\n")
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        name = signal.Signals(signum).name
+        notice = f"{name}: saving a checkpoint after this step (the third SIGINT stops at once)\n"
+        os.write(2, notice.encode())
+
+    def restore(self):
+        """The handlers and the wakeup fd from before."""
+        for s, handler in self.handlers.items():
+            signal.signal(s, handler)
+        signal.set_wakeup_fd(self.wakeup)
+        for end in self.pipe:
+            os.close(end)
+
+
 # --------------------------------------------------------------------------------------------- main
 
 def main(argv):
@@ -349,15 +468,14 @@ def run_training(cfg, proc, ckpt, meta, data, config):
     step, log, until max_iters, a stop signal or a non-finite loss; then the last checkpoint and
     the log's end."""
     raw_model, train_model, eval_model, optimizer = build_model(cfg, config, ckpt, proc)
-    run = checkpoint.Progress.of(ckpt)
+    run = Progress.of(ckpt)
     # the model and optimizer hold what they need from the checkpoint
     ckpt = None
     # config.json and log.jsonl: a resume's at its first save
-    log = measure.Log(cfg, run.saved, proc.master)
+    log = Log(cfg, run.saved, proc.master)
     proc.say(measure.banner(raw_model, cfg, proc.world, proc.accum, proc.dtype, proc.device))
-    speed = measure.Throughput(raw_model, cfg, proc.world, proc.accum, proc.device,
-                               first_step=run.step)
-    signals, status, val_loss = devices.Signals(), "finished", None
+    speed = Throughput(raw_model, cfg, proc.world, proc.accum, proc.device, first_step=run.step)
+    signals, status, val_loss = Signals(), "finished", None
     gates = [p for name, p in raw_model.named_parameters() if name.endswith("gpas_gate")]  # GPAS's g
     # then each step the next's
     batch = micro_batch(data, cfg, proc.device, run.step, proc.rank * proc.accum)

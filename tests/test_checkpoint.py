@@ -14,6 +14,8 @@ import pytest
 import torch
 
 import checkpoint
+import train
+import logbook
 from conftest import ROOT, error_of, mentions
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # DCP in one process: meant
@@ -177,10 +179,10 @@ def test_a_resume_on_another_vocabulary_or_other_shards_is_one_line_naming_both_
 
 
 def test_where_a_run_stands_from_scratch_and_from_a_checkpoint():
-    assert checkpoint.Progress.of(None) == checkpoint.Progress(0, math.inf, None, None)
+    assert train.Progress.of(None) == train.Progress(0, math.inf, None, None)
     ckpt = dict(iter_num=500, best_val_loss=1.5)
-    assert checkpoint.Progress.of(ckpt) == checkpoint.Progress(500, 1.5, 500, 500)
-    assert checkpoint.Progress.of(ckpt | dict(evaluated=False)) == checkpoint.Progress(500, 1.5, None, 500)
+    assert train.Progress.of(ckpt) == train.Progress(500, 1.5, 500, 500)
+    assert train.Progress.of(ckpt | dict(evaluated=False)) == train.Progress(500, 1.5, None, 500)
 
 
 def test_only_the_checkpoints_not_kept_are_deleted_links_before_their_folders(tmp_path):
@@ -218,14 +220,14 @@ def test_a_runs_log_read_as_ablate_reads_it(tmp_path):
               dict(event="end", status="finished", iter=20)]
     write_log(tmp_path, events)
     (tmp_path / "seconds.json").write_text(json.dumps(dict(seconds=12.5)))
-    assert checkpoint.read_log(tmp_path) == dict(
+    assert logbook.read_log(tmp_path) == dict(
         status="finished", iter=20, evals=[(0, 4.0), (10, 2.0), (20, 2.5)], seconds=12.5, stats=[stats],
         final_val_loss=2.5, best_val_loss=2.0, tokens_per_s=400.0)  # the mean of the timed
     write_log(tmp_path, events[:-2] + [dict(event="eval", iter=20, val_loss=math.nan), events[-1]])
-    assert checkpoint.read_log(tmp_path)["status"] == "diverged"  # a finite training loss, not the evaluation's
+    assert logbook.read_log(tmp_path)["status"] == "diverged"  # a finite training loss, not the evaluation's
     write_log(tmp_path, [dict(event="end", status="diverged", iter=3)])
     (tmp_path / "seconds.json").unlink()
-    assert checkpoint.read_log(tmp_path) == dict(status="diverged", iter=3, evals=[], seconds=None, stats=[],
+    assert logbook.read_log(tmp_path) == dict(status="diverged", iter=3, evals=[], seconds=None, stats=[],
                                                  final_val_loss=None, best_val_loss=None, tokens_per_s=None)
 
 
@@ -239,10 +241,10 @@ def test_a_run_not_started_reads_as_not_run_and_one_that_stopped_short_as_failed
     (folders["interrupted"] / "log.jsonl").write_text(first + json.dumps(dict(event="end", status="interrupted",
                                                                               iter=0)) + "\n")
     (folders["logged"] / "log.jsonl").write_text("")  # started, and crashed before its first line
-    statuses = {name: checkpoint.read_log(folder)["status"] for name, folder in folders.items()}
+    statuses = {name: logbook.read_log(folder)["status"] for name, folder in folders.items()}
     assert statuses == dict(empty="not run", crashed="failed", cut="failed", interrupted="interrupted",
                             logged="failed")
-    assert checkpoint.read_log(tmp_path / "no_folder")["status"] == "not run"
+    assert logbook.read_log(tmp_path / "no_folder")["status"] == "not run"
 
 
 def test_a_log_line_cut_short_by_a_crash_is_left_out_and_trimming_keeps_each_step_once(tmp_path):
@@ -250,34 +252,34 @@ def test_a_log_line_cut_short_by_a_crash_is_left_out_and_trimming_keeps_each_ste
                          dict(event="end", status="interrupted", iter=10), dict(event="train", iter=15)])
     with open(tmp_path / "log.jsonl", "a") as f:
         f.write('{"event": "train", "it')
-    assert [e["iter"] for e in checkpoint.read_events(tmp_path / "log.jsonl")] == [0, 5, 10, 10, 15]
-    checkpoint.trim_log(tmp_path / "log.jsonl", 10)
-    assert checkpoint.read_events(tmp_path / "log.jsonl") == [dict(event="eval", iter=0), dict(event="train", iter=5),
+    assert [e["iter"] for e in logbook.read_events(tmp_path / "log.jsonl")] == [0, 5, 10, 10, 15]
+    logbook.trim_log(tmp_path / "log.jsonl", 10)
+    assert logbook.read_events(tmp_path / "log.jsonl") == [dict(event="eval", iter=0), dict(event="train", iter=5),
                                                               dict(event="eval", iter=10)]
-    assert checkpoint.read_events(tmp_path / "missing.jsonl") == []
+    assert logbook.read_events(tmp_path / "missing.jsonl") == []
 
 
 def test_a_run_is_evaluated_when_its_eval_json_has_the_tasks_and_limit_asked_for(tmp_path):
     asked = dict(tasks="hellaswag,piqa", limit=100)
-    assert not checkpoint.evaluated(tmp_path, asked)
+    assert not logbook.evaluated(tmp_path, asked)
     (tmp_path / "eval.json").write_text(json.dumps(dict(settings=dict(tasks="hellaswag,piqa", limit=100, seed=1))))
-    assert checkpoint.evaluated(tmp_path, asked) and checkpoint.evaluated(tmp_path, asked | dict(seed=2))
-    assert not checkpoint.evaluated(tmp_path, asked | dict(limit=None))
-    assert not checkpoint.evaluated(tmp_path, asked | dict(tasks="hellaswag"))
+    assert logbook.evaluated(tmp_path, asked) and logbook.evaluated(tmp_path, asked | dict(seed=2))
+    assert not logbook.evaluated(tmp_path, asked | dict(limit=None))
+    assert not logbook.evaluated(tmp_path, asked | dict(tasks="hellaswag"))
 
 
 def test_the_provenance_names_the_code_s_revision_wherever_it_runs_and_the_libraries(tmp_path, monkeypatch):
     revision = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
                               text=True, timeout=60).stdout.strip() or None  # None outside a git checkout
     monkeypatch.chdir(tmp_path)  # run from elsewhere: the revision is the code's, not the working folder's
-    p = checkpoint.provenance()
+    p = logbook.provenance()
     assert p == dict(git=revision, python=sys.version.split()[0], torch=torch.__version__,
                      numpy=numpy.__version__, cuda=torch.version.cuda)
 
     def no_git(*args, **kwargs):
         raise FileNotFoundError("git")
     monkeypatch.setattr(subprocess, "run", no_git)
-    assert checkpoint.provenance()["git"] is None
+    assert logbook.provenance()["git"] is None
 
 
 # ------------------------------------------------------------ save, load, restore: a tiny model, no training
@@ -425,7 +427,7 @@ def test_readers_check_the_checkpoint_and_name_one_they_cannot_read_or_fit(tmp_p
 def test_a_run_saves_its_step_and_where_it_stands_and_says_so(tmp_path, capsys, monkeypatch, parallel, saved):
     model, optimizer = tiny_run()
     cfg = SimpleNamespace(out_dir=str(tmp_path), parallel=parallel, dataset="chars")
-    run = checkpoint.Progress(step=7, best_val=2.5, evaluated=None, saved=5)
+    run = train.Progress(step=7, best_val=2.5, evaluated=None, saved=5)
     proc = SimpleNamespace(master=True, say=print)
     clock = iter([10.0, 12.25] * 2)
     monkeypatch.setattr(checkpoint, "time", SimpleNamespace(time=lambda: next(clock)))
@@ -435,7 +437,7 @@ def test_a_run_saves_its_step_and_where_it_stands_and_says_so(tmp_path, capsys, 
     assert {k: ckpt[k] for k in ("iter_num", "evaluated", "best_val_loss", "config", "meta")} == dict(
         iter_num=7, evaluated=False, best_val_loss=2.5, config=vars(cfg), meta=META)
     assert ckpt["model_args"]["vocab_size"] == 48 and ckpt["model_args"]["n_embd"] == 16
-    assert checkpoint.Progress.of(ckpt) == checkpoint.Progress(7, 2.5, None, 7)  # the evaluation still due
+    assert train.Progress.of(ckpt) == train.Progress(7, 2.5, None, 7)  # the evaluation still due
     assert capsys.readouterr().out == "checkpoint of step 7 saved in 2.2 s\n"
     if parallel == "fsdp":
         return

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 import devices
+import train
 from conftest import error_of, mentions
 from model import GPT, GPTConfig
 
@@ -246,7 +247,7 @@ def test_compile_wraps_the_model_for_ddp_and_each_block_for_fsdp(alone):
 
 def test_signals_are_counted_and_the_handlers_from_before_come_back(capfd):
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    signals = devices.Signals()
+    signals = train.Signals()
     try:
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGINT)
@@ -264,7 +265,7 @@ def test_the_third_sigint_stops_at_once_by_sigints_own_default(monkeypatch, capf
     default action and sends it again, which ends the process (here the kill is recorded instead)."""
     kills = []
     monkeypatch.setattr(os, "kill", lambda pid, signum: kills.append((pid, signum)))
-    signals = devices.Signals()
+    signals = train.Signals()
 
     def deliver(signum):  # as the interpreter does: a byte to the wakeup pipe, then the handler
         os.write(signals.pipe[1], bytes([signum]))
@@ -287,7 +288,7 @@ def test_the_third_sigint_stops_at_once_by_sigints_own_default(monkeypatch, capf
 def test_three_sigints_that_land_within_one_step_are_three(monkeypatch, capfd):
     """Ctrl-C three times while a step computes: Python runs the handler once, after the step's C call,
     yet each SIGINT counts, and the third stops at once (here the kill is recorded instead)."""
-    signals = devices.Signals()
+    signals = train.Signals()
     kills = []
     monkeypatch.setattr(os, "kill", lambda pid, signum: kills.append(signum))
     main = threading.get_ident()

@@ -20,6 +20,7 @@ import ablate
 import checkpoint
 import data
 import eval as evaluation
+import logbook
 import prepare_data
 import results
 import train
@@ -740,10 +741,10 @@ def test_ablate_folds_task_scores_into_mean_and_std_over_the_seeds(tmp_path):
 
 def test_ablate_evaluates_again_only_for_other_tasks_or_limit(tmp_path):
     (tmp_path / "eval.json").write_text(json.dumps(dict(settings=dict(tasks="hellaswag,piqa", limit=100))))
-    assert checkpoint.evaluated(tmp_path, dict(tasks="hellaswag,piqa", limit=100, include_path=""))
-    assert not checkpoint.evaluated(tmp_path, dict(tasks="hellaswag,piqa", limit=None, include_path=""))
-    assert not checkpoint.evaluated(tmp_path, dict(tasks="hellaswag", limit=100, include_path=""))
-    assert not checkpoint.evaluated(tmp_path / "no_run", dict(tasks="hellaswag", limit=100, include_path=""))
+    assert logbook.evaluated(tmp_path, dict(tasks="hellaswag,piqa", limit=100, include_path=""))
+    assert not logbook.evaluated(tmp_path, dict(tasks="hellaswag,piqa", limit=None, include_path=""))
+    assert not logbook.evaluated(tmp_path, dict(tasks="hellaswag", limit=100, include_path=""))
+    assert not logbook.evaluated(tmp_path / "no_run", dict(tasks="hellaswag", limit=100, include_path=""))
 
 
 # ------------------------------------------------------ which settings reach lm-eval, and what comes back

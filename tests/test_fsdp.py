@@ -17,6 +17,7 @@ import torch.distributed.checkpoint as dcp
 import checkpoint
 import configurator
 import devices
+import logbook
 import measure
 import sample
 import train
@@ -48,7 +49,7 @@ train.main(sys.argv[1:])
 
 
 def trained(out_dir):
-    return [e for e in checkpoint.read_events(out_dir / "log.jsonl") if e["event"] == "train"]
+    return [e for e in logbook.read_events(out_dir / "log.jsonl") if e["event"] == "train"]
 
 
 def losses(out_dir):

@@ -9,7 +9,9 @@ import types
 import pytest
 import torch
 
+import logbook
 import measure
+import train
 
 
 @pytest.mark.parametrize("gpu, peak", [  # names as torch.cuda.get_device_name gives them
@@ -26,7 +28,7 @@ def test_the_peak_flops_of_a_gpu_are_its_longest_matching_names(gpu, peak):
 def test_throughput_leaves_the_first_step_out_and_each_window_holds_its_own_steps():
     model = types.SimpleNamespace(estimate_mfu=lambda fwdbwd, dt, peak: fwdbwd * 1e12 / dt / peak)
     cfg = types.SimpleNamespace(batch_size=4, block_size=8, log_interval=2, peak_flops=2e12, compile=None)
-    speed = measure.Throughput(model, cfg, world=2, accum=3, device="cpu", first_step=10)  # resumed at step 10
+    speed = train.Throughput(model, cfg, world=2, accum=3, device="cpu", first_step=10)  # resumed at step 10
     speed.add(11, 5.0)  # the first step compiles: not timed
     first = speed.window()
     assert first == dict(ms_per_iter=None, tokens_per_s=None, mfu=None, timed_steps=0)
@@ -40,7 +42,7 @@ def test_throughput_leaves_the_first_step_out_and_each_window_holds_its_own_step
     assert speed.describe(window, 12).endswith(" (step 11 untimed: warming up)")  # the first log_interval's log
     assert speed.overall(13) == pytest.approx(2 * 192 / 0.4)
     cfg.compile = True
-    fresh = measure.Throughput(model, cfg, world=1, accum=1, device="cpu", first_step=0)
+    fresh = train.Throughput(model, cfg, world=1, accum=1, device="cpu", first_step=0)
     assert fresh.overall(1) is None  # nothing timed yet
     assert fresh.describe(fresh.window(), 1) == " (step 1 untimed: compiling, warming up)"
 
@@ -221,9 +223,9 @@ def log_cfg(out_dir, wandb_log=False):
 
 def test_the_log_records_json_lines_from_the_master_only_and_trims_to_the_step_resumed_from(tmp_path, capsys):
     path = tmp_path / "log.jsonl"
-    measure.Log(log_cfg(tmp_path), None, master=False).record("train", iter=1)
+    logbook.Log(log_cfg(tmp_path), None, master=False).record("train", iter=1)
     assert not path.exists()  # another process's Log writes nothing
-    log = measure.Log(log_cfg(tmp_path), None, master=True)
+    log = logbook.Log(log_cfg(tmp_path), None, master=True)
     log.record("eval", iter=0, val_loss=4.0)  # a run's first event: the evaluation before step 1
     for step in (1, 2, 3):
         log.record("train", iter=step, train_loss=1.0 / step)
@@ -231,11 +233,11 @@ def test_the_log_records_json_lines_from_the_master_only_and_trims_to_the_step_r
     log.record("end", iter=3)
     log.close()
     kept = path.read_text()
-    resumed = measure.Log(log_cfg(tmp_path), 2, master=True)  # resumed at step 2: nothing written yet
+    resumed = logbook.Log(log_cfg(tmp_path), 2, master=True)  # resumed at step 2: nothing written yet
     resumed.record("train", iter=3, train_loss=0.5)
     resumed.close()  # a resume that failed before its first checkpoint: the log as it was
     assert path.read_text() == kept
-    resumed = measure.Log(log_cfg(tmp_path), 2, master=True)
+    resumed = logbook.Log(log_cfg(tmp_path), 2, master=True)
     resumed.record("train", iter=3, train_loss=0.25)
     resumed.open()  # its first checkpoint: steps 0 to 2 kept, no old end, then what it held
     resumed.record("end", iter=3)
@@ -243,9 +245,9 @@ def test_the_log_records_json_lines_from_the_master_only_and_trims_to_the_step_r
     assert [json.loads(line)["event"] for line in path.read_text().splitlines()][-2:] == ["train", "end"]
     assert [json.loads(line)["iter"] for line in path.read_text().splitlines()] == [0, 1, 2, 3, 3]
     assert json.loads(path.read_text().splitlines()[3])["train_loss"] == 0.25
-    measure.Log(log_cfg(tmp_path), None, master=True).close()  # a new run's log starts empty
+    logbook.Log(log_cfg(tmp_path), None, master=True).close()  # a new run's log starts empty
     assert path.read_text() == ""
-    log = measure.Log(log_cfg(tmp_path, wandb_log=True), None, master=True)
+    log = logbook.Log(log_cfg(tmp_path, wandb_log=True), None, master=True)
     log.record("train", iter=1)
     log.close()
     assert capsys.readouterr().out == "wandb_log=True but wandb is not installed: logging to log.jsonl only\n"
@@ -259,7 +261,7 @@ def test_wandb_gets_the_run_settings_and_each_events_fields_at_its_step(tmp_path
     wandb.log = lambda fields, **kwargs: calls.append(("log", fields, kwargs))
     monkeypatch.setitem(sys.modules, "wandb", wandb)
     cfg = log_cfg(tmp_path, wandb_log=True)
-    log = measure.Log(cfg, None, master=True)
+    log = logbook.Log(cfg, None, master=True)
     log.record("train", iter=5, train_loss=2.0)
     log.close()
     assert calls == [("init", dict(project="p", name="r", config=vars(cfg))),

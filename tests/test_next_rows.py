@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import configurator
 from conftest import ROOT, batch, build, copy_probability, count_params, error_of, randomize, rope_rows
 from data import GPT2_META
-from model import ADDITIVE_MODES, ARCHS, GPT, GPTConfig, Derf, DyT, gpas
+from model import ADDITIVE_MODES, ARCHS, GPTConfig, Derf, DyT, gpas
 
 PRE_PARAMS = 124_373_760  # pre at GPT-2 small's shape, bias=False (§14's baseline)
 

@@ -22,6 +22,7 @@ import ablate
 import checkpoint
 import data as data_mod
 import devices
+import logbook
 import prepare_data
 import train
 from conftest import ROOT, TRAIN_TINY, command, error_of, events, losses, mentions, run, torchrun
@@ -51,7 +52,7 @@ def wait_for(condition, proc, timeout=120):
 
 def logged(out_dir, kind):
     """The events of kind, read while the run may be writing (a line cut short is skipped)."""
-    return [e for e in checkpoint.read_events(out_dir / "log.jsonl") if e["event"] == kind]
+    return [e for e in logbook.read_events(out_dir / "log.jsonl") if e["event"] == kind]
 
 
 def slow_save(monkeypatch, tmp_path, seconds):
