@@ -1,5 +1,6 @@
 """
-Ablate the norm modes: train.py once per (mode, learning rate, seed, sweep point), then tables and plots.
+Ablate the norm modes: train.py once per (mode, learning rate, seed, sweep point), then tables and
+plots.
 
     python ablate.py configs/ablate_shakespeare_char.py                # six modes, one seed, ~12 min on 2 cores
     python ablate.py configs/ablate_depth_char.py                      # every mode and preset at 2 to 16 blocks
@@ -7,25 +8,27 @@ Ablate the norm modes: train.py once per (mode, learning rate, seed, sweep point
     python ablate.py CONFIG.py --modes=pre,geonorm --lrs=1e-3,3e-3 --sweep=geo_alpha=1,3,10 --max_iters=500
     python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3 --figures=docs/shakespeare_char  # no training
 
-A config file is a train.py config plus optional `ablate_<name> = ...` lines for ablate.py's own settings,
-which the command line sets as --<name>=..., and --sweep=key=v1,v2 once per key (--help lists both kinds).
-A value repeated in modes, seeds, lrs or a sweep (--seeds=1,1) is run once. configurator.PRESETS (derf, peri, ...)
-are entries beside the modes; modes=all runs every one. A sweep of a size (n_layer, n_embd) gets its own figures.
+A config file is a train.py config plus optional `ablate_<name> = ...` lines for ablate.py's own
+settings, which the command line sets as --<name>=..., and --sweep=key=v1,v2 once per key (--help
+lists both kinds). A value repeated in modes, seeds, lrs or a sweep (--seeds=1,1) is run once.
+configurator.PRESETS (derf, peri, ...) are entries beside the modes; modes=all runs every one. A
+sweep of a size (n_layer, n_embd) gets its own figures.
 
-Every other setting, from a config file or --key=value, is passed to each run of train.py as --key=value;
-the ablate_* lines are not, so train.py still rejects unknown settings. Per run ablate.py sets norm_mode,
-learning_rate, seed, out_dir, min_lr (at the config's ratio to learning_rate), log_layer_stats=True (unless
-told otherwise) and the entry's own settings (its preset's, then entry_settings), and trains in out_dir/
-ablate/<mode>_lr<lr>_s<seed>[_<key><value>...]. A run whose log.jsonl ends finished or diverged is skipped and
-one with a checkpoint resumes: run the same command again to finish a stopped ablation (Ctrl-C, or kill -INT
-or -TERM of ablate.py's process, stops the runs in progress, each with a checkpoint); delete a run's folder
-to train it again. A run whose eval.json holds the same eval_tasks and eval_limit is not evaluated again. A
-diverged run (non-finite loss) is a result, tabled and plotted as diverged. out_dir/ablate gets results.md,
-results.json and the plots.
+Every other setting, from a config file or --key=value, is passed to each run of train.py as
+--key=value; the ablate_* lines are not, so train.py still rejects unknown settings. Per run
+ablate.py sets norm_mode, learning_rate, seed, out_dir, min_lr (at the config's ratio to
+learning_rate), log_layer_stats=True (unless told otherwise) and the entry's own settings (its
+preset's, then entry_settings), and trains in out_dir/
+ablate/<mode>_lr<lr>_s<seed>[_<key><value>...]. A run whose log.jsonl ends finished or diverged is
+skipped and one with a checkpoint resumes: run the same command again to finish a stopped ablation
+(Ctrl-C, or kill -INT or -TERM of ablate.py's process, stops the runs in progress, each with a
+checkpoint); delete a run's folder to train it again. A run whose eval.json holds the same
+eval_tasks and eval_limit is not evaluated again. A diverged run (non-finite loss) is a result,
+tabled and plotted as diverged. out_dir/ablate gets results.md, results.json and the plots.
 
-Before any run starts, eval.py loads the eval tasks and train.py checks each run's settings (both --dry_run):
-a mistake is one line, with nothing trained; --dry_run stops there. A run that fails or is not evaluated makes
-the exit status 1.
+Before any run starts, eval.py loads the eval tasks and train.py checks each run's settings (both
+--dry_run): a mistake is one line, with nothing trained; --dry_run stops there. A run that fails or
+is not evaluated makes the exit status 1.
 """
 import itertools
 import json
@@ -45,49 +48,57 @@ from plots import plot_all
 from results import race, race_table, results_text, size_key, size_table, summarize, table
 from data import atomic_write, check_out_dir, first_line, print_help, run_cli
 
-# settings: the assignments between the two rulers, read by configurator.py (python ablate.py --help);
-# the command line sets ablate_<name> as --<name>=...
+# settings: the assignments between the two rulers, read by configurator.py (python ablate.py
+# --help); the command line sets ablate_<name> as --<name>=...
 # --------------------------------------------------------------------------------------------------
-ablate_modes: str | list = "all"  # the norm modes and presets: all, or some by commas (pre,geonorm,peri)
-ablate_seeds: list | tuple | int | None = None  # a run per seed (1,2,3), tabled as mean ± std; None: seed
-ablate_seeds_at = {}  # {sweep key: values}: the seeds after the first only at those points ({"n_layer": 16})
-# a run per learning rate (3e-4,1e-3); None: learning_rate, and 3x it for simplenorm, whose paper trains
-# at 3x the baseline's rate (docs/spec.md §7.2)
+# the norm modes and presets: all, or some by commas (pre,geonorm,peri)
+ablate_modes: str | list = "all"
+# a run per seed (1,2,3), tabled as mean ± std; None: seed
+ablate_seeds: list | tuple | int | None = None
+# {sweep key: values}: the seeds after the first only at those points ({"n_layer": 16})
+ablate_seeds_at = {}
+# a run per learning rate (3e-4,1e-3); None: learning_rate, and 3x it for simplenorm, whose paper
+# trains at 3x the baseline's rate (docs/spec.md §7.2)
 ablate_lrs: list | tuple | float | None = None
-# a grid over train.py settings, {key: [values]}; each --sweep=key=v1,v2 sets one key. A mode's own keys
-# (configurator.MODE_OF_PREFIX: geo_*, sandwich_*, lns_*, ...) vary only it and its presets (pre runs
-# once beside a geo_alpha sweep); a switch's (dyt_*, derf_*, layerscale_*) the entries it is on in;
-# others every entry
+# a grid over train.py settings, {key: [values]}; each --sweep=key=v1,v2 sets one key. A mode's own
+# keys (configurator.MODE_OF_PREFIX: geo_*, sandwich_*, lns_*, ...) vary only it and its presets
+# (pre runs once beside a geo_alpha sweep); a switch's (dyt_*, derf_*, layerscale_*) the entries it
+# is on in; others every entry
 ablate_sweep = {}
 # {mode or preset: {train.py setting: value}}, an entry's own, over the config's (not the sweep's)
 ablate_entry_settings = {}  # {"post": {"tie_embeddings": False}}
 ablate_nproc = 1  # processes per run: more than 1 launches train.py through torchrun
 ablate_jobs = 1  # runs at once, the CPU's threads split among them
-# after training, score each finished run with eval.py on these lm-eval tasks (hellaswag,piqa), tabled as
-# mean ± std over seeds; "": none
+# after training, score each finished run with eval.py on these lm-eval tasks (hellaswag,piqa),
+# tabled as mean ± std over seeds; "": none
 ablate_eval_tasks = ""
-ablate_eval_limit: int | None = None  # eval.py's --limit: only each task's first N examples; None: all
-ablate_eval_include_path = ""  # eval.py's --include_path: a folder of task YAMLs of your own; "": none
-# train nothing: draw the figures of the runs that finished into this folder (given the same command and
-# settings as the ablation, so that it finds its runs)
+# eval.py's --limit: only each task's first N examples; None: all
+ablate_eval_limit: int | None = None
+# eval.py's --include_path: a folder of task YAMLs of your own; "": none
+ablate_eval_include_path = ""
+# train nothing: draw the figures of the runs that finished into this folder (given the same command
+# and settings as the ablation, so that it finds its runs)
 ablate_figures = ""
 # --------------------------------------------------------------------------------------------------
 
-LEAST = dict.fromkeys(("ablate_jobs", "ablate_nproc", "ablate_eval_limit"), 1)  # of ablate.py's own settings
-PER_RUN = ("norm_mode", "learning_rate", "min_lr", "seed", "out_dir", "init_from")  # set by ablate.py, not swept
+# of ablate.py's own settings
+LEAST = dict.fromkeys(("ablate_jobs", "ablate_nproc", "ablate_eval_limit"), 1)
+# set by ablate.py, not swept
+PER_RUN = ("norm_mode", "learning_rate", "min_lr", "seed", "out_dir", "init_from")
 TRAIN, EVAL = str(Path(__file__).with_name("train.py")), str(Path(__file__).with_name("eval.py"))
 
 
 # ------------------------------------------------------------------------------------ settings
 
 def listed(value):
-    """A list of seeds or learning rates as given: 1,2 (a tuple), [1, 2], a single 1, or None (none)."""
+    """A list of seeds or learning rates as given: 1,2 (a tuple), [1, 2], a single 1, or None
+    (none)."""
     return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def check_names(argv):
-    """--help, and a --name=value that is no setting as one line whose did-you-mean looks at ablate.py's own
-    settings first (--mode: --modes, not norm_mode)."""
+    """--help, and a --name=value that is no setting as one line whose did-you-mean looks at
+    ablate.py's own settings first (--mode: --modes, not norm_mode)."""
     if "--help" in argv or "-h" in argv:
         per_run = f"train.py's, passed on to every run (but {', '.join(PER_RUN)}, set per run)"
         print_help(f"{__doc__.strip()}\n\nablate.py's settings:\n"
@@ -104,7 +115,8 @@ def check_names(argv):
 
 
 def configure(argv):
-    """The plan: ablate.py's settings, and the train.py settings given by config files and --key=value."""
+    """The plan: ablate.py's settings, and the train.py settings given by config files and
+    --key=value."""
     sweeps = [arg for arg in argv if arg.startswith("--sweep=")]  # each sets one key of the sweep
     argv = [arg for arg in argv if arg not in sweeps]
     check_names(argv)
@@ -115,51 +127,60 @@ def configure(argv):
         own["ablate_sweep"] = own["ablate_sweep"] | {
             key: [configurator.parse_arg(f"--{key}={v}", settings)[key] for v in values.split(",")]}
     if swept := sorted(set(own["ablate_sweep"]) & set(PER_RUN)):
-        sys.exit(f"error: ablate.py sets {', '.join(swept)} per run: use --modes, --lrs or --seeds, not --sweep")
-    unique = lambda values: list(dict.fromkeys(values))  # in order, each once: a repeated value would run twice
+        sys.exit(f"error: ablate.py sets {', '.join(swept)} per run: "
+                 f"use --modes, --lrs or --seeds, not --sweep")
+    # in order, each once: a repeated value would run twice
+    unique = lambda values: list(dict.fromkeys(values))
     sweep = {k: unique(configurator.checked(k, v, settings, "the sweep") for v in vs)
              for k, vs in own["ablate_sweep"].items()}
     base = {k: v for k, v in own.items() if not k.startswith("ablate_")}
     seeds = unique(configurator.checked("seed", s, settings, "seeds")
                    for s in listed(own["ablate_seeds"]) or [base["seed"]])
     lrs = None if own["ablate_lrs"] is None else unique(
-        configurator.checked("learning_rate", lr, settings, "lrs") for lr in listed(own["ablate_lrs"]))
+        configurator.checked("learning_rate", lr, settings, "lrs")
+        for lr in listed(own["ablate_lrs"]))
     evaluation = {k.removeprefix("ablate_eval_"): own[k]
                   for k in ("ablate_eval_tasks", "ablate_eval_limit", "ablate_eval_include_path")}
-    given = {"log_layer_stats": True} | {k: v for k, v in given.items() if not k.startswith("ablate_")}
+    given = {"log_layer_stats": True} | {k: v for k, v in given.items()
+                                         if not k.startswith("ablate_")}
     dry_run = given.pop("dry_run", False)  # ablate.py's own: check every run, train none
     modes = configurator.parse_modes(own["ablate_modes"])
     entry = check_entries(own["ablate_entry_settings"], settings)
     check_sweep(sweep, modes, given, entry)
     return dict(dry_run=dry_run, modes=modes, seeds=seeds, lrs=lrs, entry=entry, eval=evaluation,
-                figures=own["ablate_figures"], seeds_at=check_seeds_at(own["ablate_seeds_at"], sweep, settings),
-                sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"], given=given, base=base)
+                figures=own["ablate_figures"],
+                seeds_at=check_seeds_at(own["ablate_seeds_at"], sweep, settings),
+                sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"], given=given,
+                base=base)
 
 
 def check_entries(entries, settings):
-    """ablate_entry_settings, each entry known and its settings train.py's, typed; else one line naming the fix."""
+    """ablate_entry_settings, each entry known and its settings train.py's, typed; else one line
+    naming the fix."""
     checked = {}
     for name, values in entries.items():
         configurator.parse_modes([name])  # an unknown mode or preset is a one-line error
         if not isinstance(values, dict):
-            sys.exit(f"error: entry_settings of {name} must be a dict of train.py settings, got {values!r}")
+            sys.exit(f"error: entry_settings of {name} must be a dict of train.py settings, "
+                     f"got {values!r}")
         if per_run := sorted(set(values) & set(PER_RUN) - {"min_lr"}):
-            sys.exit(f"error: entry_settings of {name} sets {', '.join(per_run)}, which ablate.py sets per run: "
-                     f"use --modes, --lrs and --seeds")
+            sys.exit(f"error: entry_settings of {name} sets {', '.join(per_run)}, "
+                     f"which ablate.py sets per run: use --modes, --lrs and --seeds")
         checked[name] = {k: configurator.checked(k, v, settings, f"entry_settings of {name}")
                          for k, v in values.items()}
     return checked
 
 
 def check_sweep(sweep, modes, given, entry):
-    """Each sweep key varies some entry, and none overrides what makes a preset (norm_type under dyt)."""
+    """Each sweep key varies some entry, and none overrides what makes a preset (norm_type under
+    dyt)."""
     for key in sweep:
         if not any(varies(key, entry_of(mode, given, entry)) for mode in modes):
-            sys.exit(f"error: --sweep={key}=... varies none of the modes {', '.join(modes)}: add the mode it "
-                     f"belongs to (--modes)")
+            sys.exit(f"error: --sweep={key}=... varies none of the modes {', '.join(modes)}: "
+                     f"add the mode it belongs to (--modes)")
         if presets := [m for m in modes if key in configurator.PRESETS.get(m, {})]:
-            sys.exit(f"error: --sweep={key}=... would undo the preset {', '.join(presets)}, which sets {key}: "
-                     f"leave it out of --modes, or sweep its mode")
+            sys.exit(f"error: --sweep={key}=... would undo the preset {', '.join(presets)}, "
+                     f"which sets {key}: leave it out of --modes, or sweep its mode")
 
 
 def check_seeds_at(seeds_at, sweep, settings):
@@ -168,7 +189,8 @@ def check_seeds_at(seeds_at, sweep, settings):
                for key, values in seeds_at.items()}
     for key, values in checked.items():
         if key not in sweep:
-            sys.exit(f"error: seeds_at names {key}, which is not swept: add --sweep={key}=... or drop it")
+            sys.exit(f"error: seeds_at names {key}, which is not swept: "
+                     f"add --sweep={key}=... or drop it")
         if not values or not set(values) <= set(sweep[key]):
             sys.exit(f"error: seeds_at gives {key} {values}: choose among its sweep's values "
                      f"{', '.join(map(str, sweep[key]))}")
@@ -176,25 +198,33 @@ def check_seeds_at(seeds_at, sweep, settings):
 
 
 def plan_runs(plan, root):
-    """One run per seed, entry, learning rate and point of its sweep grid (the seeds after the first only at the
-    points of seeds_at), seed outermost (so the first seed's table fills first); a run is its name, its group
-    (the name less the seed) and settings: the config's, ablate.py's per run, the entry's, the sweep point's."""
-    ratio, seeds_at, runs = plan["base"]["min_lr"] / plan["base"]["learning_rate"], plan["seeds_at"].items(), []
+    """One run per seed, entry, learning rate and point of its sweep grid (the seeds after the first
+    only at the points of seeds_at), seed outermost (so the first seed's table fills first); a run
+    is its name, its group (the name less the seed) and settings: the config's, ablate.py's per run,
+    the entry's, the sweep point's."""
+    ratio = plan["base"]["min_lr"] / plan["base"]["learning_rate"]
+    seeds_at = plan["seeds_at"].items()
+    runs = []
     for seed, mode in itertools.product(plan["seeds"], plan["modes"]):
         own = plan["entry"].get(mode, {})
         keys = [k for k in plan["sweep"] if varies(k, entry_of(mode, plan["given"], plan["entry"]))]
-        tripled = plan["lrs"] is None and mode == "simplenorm"  # SimpleGPT trains at 3x the baseline's lr
+        # SimpleGPT trains at 3x the baseline's lr
+        tripled = plan["lrs"] is None and mode == "simplenorm"
         for lr in plan["lrs"] or [plan["base"]["learning_rate"] * (3 if tripled else 1)]:
             lr = float(f"{lr:.6g}")  # 3 * 6e-4 is 0.0018, not 0.0018000000000000002
             for point in itertools.product(*(plan["sweep"][k] for k in keys)):
-                sweep, suffix = dict(zip(keys, point)), "".join(f"_{k}{v}" for k, v in zip(keys, point))
-                if seed != plan["seeds"][0] and any(sweep[k] not in v for k, v in seeds_at if k in sweep):
+                sweep = dict(zip(keys, point))
+                suffix = "".join(f"_{k}{v}" for k, v in zip(keys, point))
+                if seed != plan["seeds"][0] and any(sweep[k] not in v
+                                                    for k, v in seeds_at if k in sweep):
                     continue  # seeds_at: the first seed only, here
                 name = f"{mode}_lr{lr:g}_s{seed}{suffix}"
-                per_run = dict(learning_rate=lr, min_lr=float(f"{lr * ratio:.6g}"), seed=seed, out_dir=str(root / name))
+                per_run = dict(learning_rate=lr, min_lr=float(f"{lr * ratio:.6g}"), seed=seed,
+                               out_dir=str(root / name))
                 settings = entry_of(mode, plan["given"] | per_run, plan["entry"]) | sweep
-                runs.append(dict(name=name, group=f"{mode}_lr{lr:g}{suffix}", mode=mode, lr=lr, tripled=tripled,
-                                 seed=seed, sweep=sweep, own=own, dir=root / name, settings=settings))
+                runs.append(dict(name=name, group=f"{mode}_lr{lr:g}{suffix}", mode=mode, lr=lr,
+                                 tripled=tripled, seed=seed, sweep=sweep, own=own, dir=root / name,
+                                 settings=settings))
     return runs
 
 
@@ -209,13 +239,14 @@ def check_not_stale(runs):
             try:
                 old = json.loads(path.read_text())["config"]
                 old.items()
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # a folder, not train.py's
-                sys.exit(f"error: {path} is not train.py's config.json ({first_line(e)}): move it away, or "
-                         f"delete {run['dir']} to train that run again")
+            # a folder, not train.py's
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                sys.exit(f"error: {path} is not train.py's config.json ({first_line(e)}): "
+                         f"move it away, or delete {run['dir']} to train that run again")
             for key, value in run["settings"].items():
                 if key != "out_dir" and key in old and old[key] != value:
-                    sys.exit(f"error: {run['dir']} was trained with {key}={old[key]!r}, not {value!r}: "
-                             f"delete it, or pick another out_dir")
+                    sys.exit(f"error: {run['dir']} was trained with {key}={old[key]!r}, "
+                             f"not {value!r}: delete it, or pick another out_dir")
 
 
 def done(run):
@@ -224,23 +255,26 @@ def done(run):
 
 
 def train_args(run):
-    """train.py's arguments for a run, resumed from its checkpoint (ckpt.pt, sharded ckpt/) if it has one."""
+    """train.py's arguments for a run, resumed from its checkpoint (ckpt.pt, sharded ckpt/) if it
+    has one."""
     resume = checkpoint.find_checkpoint(run["dir"]) is not None
     return [f"--{k}={v}" for k, v in run["settings"].items()] + ["--init_from=resume"] * resume
 
 
 def check_before_training(runs, plan, env):
-    """Find every mistake before any run starts: eval.py loads the eval tasks unless every run is scored,
-    and train.py checks the settings, data and checkpoint of each run not done yet, as one of nproc
-    processes (both --dry_run, writing nothing). The first failure is one line."""
+    """Find every mistake before any run starts: eval.py loads the eval tasks unless every run is
+    scored, and train.py checks the settings, data and checkpoint of each run not done yet, as one
+    of nproc processes (both --dry_run, writing nothing). The first failure is one line."""
     eval_args = [f"--{k}={v}" for k, v in plan["eval"].items() if v]
     to_score = plan["eval"]["tasks"] and not all(evaluated(r["dir"], plan["eval"]) for r in runs)
     checks = [("the eval tasks", [EVAL, "--dry_run=True", *eval_args])] * bool(to_score)
     checks += [(r["name"], [TRAIN, *train_args(r), "--dry_run=True"]) for r in runs if not done(r)]
-    env = env | {"WORLD_SIZE": str(plan["nproc"])}  # the run's processes: its accumulation must split
+    # the run's processes: its accumulation must split
+    env = env | {"WORLD_SIZE": str(plan["nproc"])}
     with ThreadPoolExecutor(plan["jobs"]) as pool:
-        results = pool.map(lambda check: subprocess.run([sys.executable, *check[1]], capture_output=True,
-                                                        text=True, env=env), checks)
+        results = pool.map(lambda check: subprocess.run([sys.executable, *check[1]],
+                                                        capture_output=True, text=True, env=env),
+                           checks)
         for (what, _), result in zip(checks, results):
             if result.returncode:
                 last = (result.stderr.strip() or "no output").splitlines()[-1]
@@ -248,19 +282,22 @@ def check_before_training(runs, plan, env):
 
 
 def execute(run, nproc, env, evaluation):
-    """Train one run unless it is done: fresh, or resumed from its checkpoint; then, when eval tasks are
-    asked for, score it with eval.py unless that is done too. Returns (what, seconds)."""
-    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
+    """Train one run unless it is done: fresh, or resumed from its checkpoint; then, when eval tasks
+    are asked for, score it with eval.py unless that is done too. Returns (what, seconds)."""
+    launcher = (["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+                if nproc > 1 else [])
     what, t0 = "skipped", time.time()
     if not done(run):
         args = train_args(run)
         what = "resumed" if "--init_from=resume" in args else "ran"
         run["dir"].mkdir(parents=True, exist_ok=True)
-        before = (read_log(run["dir"])["seconds"] or 0.0) if what == "resumed" else 0.0  # a fresh start: anew
+        # a fresh start: anew
+        before = (read_log(run["dir"])["seconds"] or 0.0) if what == "resumed" else 0.0
         try:
             run_logged([sys.executable, *launcher, TRAIN, *args], run["dir"] / "train.log", env)
         finally:  # a stopped sitting's time counts too (the steps after its last checkpoint twice)
-            atomic_write(run["dir"] / "seconds.json", json.dumps(dict(seconds=before + time.time() - t0)).encode())
+            atomic_write(run["dir"] / "seconds.json",
+                         json.dumps(dict(seconds=before + time.time() - t0)).encode())
     finished = read_log(run["dir"])["status"] == "finished"
     if evaluation["tasks"] and finished and not evaluated(run["dir"], evaluation):
         args = [f"--out_dir={run['dir']}"] + [f"--{k}={v}" for k, v in evaluation.items() if v]
@@ -269,11 +306,13 @@ def execute(run, nproc, env, evaluation):
     return what, time.time() - t0
 
 
-RUNNING = set()  # the train.py and eval.py processes running now, which a stop of ablate.py stops too
+# the train.py and eval.py processes running now, which a stop of ablate.py stops too
+RUNNING = set()
 
 
 def run_logged(command, log, env):
-    """Run command with its output appended to log (kept out of the progress lines); its exit status."""
+    """Run command with its output appended to log (kept out of the progress lines); its exit
+    status."""
     with open(log, "a") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         RUNNING.add(process)
@@ -295,7 +334,8 @@ def progress_line(i, n, run, what, seconds):
 # ----------------------------------------------------------------------------------------- main
 
 def draw_figures(runs, plan, root):
-    """--figures=DIR: the figures of the runs that have finished, drawn into DIR without training."""
+    """--figures=DIR: the figures of the runs that have finished, drawn into DIR without
+    training."""
     groups = summarize(runs, plan)
     if not any(g["finished"] or g["diverged"] for g in groups):
         sys.exit(f"error: no run of this ablation has finished in {root}: "
@@ -303,25 +343,33 @@ def draw_figures(runs, plan, root):
     folder = Path(plan["figures"])
     folder.mkdir(parents=True, exist_ok=True)
     pngs = plot_all(groups, plan, folder)
-    sized = f"\n\n{size_table(groups, plan, key)}" if (key := size_key(plan)) else ""  # loss per mode and size
-    raced = f"\n\n{race_table(rows)}" if (rows := race(groups, plan)) else ""  # each entry at its best lr
+    # loss per mode and size
+    sized = f"\n\n{size_table(groups, plan, key)}" if (key := size_key(plan)) else ""
+    # each entry at its best lr
+    raced = f"\n\n{race_table(rows)}" if (rows := race(groups, plan)) else ""
     print(f"{table(groups)}{sized}{raced}\n\nwrote {', '.join(pngs)} in {folder}")
-    if unfinished := [r["name"] for g in groups for r in g["runs"] if r["status"] not in ("finished", "diverged")]:
-        print(f"note: {len(unfinished)} of {len(runs)} runs have not finished, and the figures leave them out: "
-              f"{', '.join(unfinished)}", file=sys.stderr)
+    if unfinished := [r["name"] for g in groups for r in g["runs"]
+                      if r["status"] not in ("finished", "diverged")]:
+        print(f"note: {len(unfinished)} of {len(runs)} runs have not finished, "
+              f"and the figures leave them out: {', '.join(unfinished)}", file=sys.stderr)
 
 
 def train_all(runs, plan, env):
-    """Execute the runs, jobs at a time, a progress line as each ends. A stop (Ctrl-C, or SIGINT or SIGTERM to
-    this process alone: kill, a scheduler, a job started with & that ignores SIGINT) stops the runs too."""
-    stops = {s: signal.signal(s, signal.default_int_handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    """Execute the runs, jobs at a time, a progress line as each ends. A stop (Ctrl-C, or SIGINT or
+    SIGTERM to this process alone: kill, a scheduler, a job started with & that ignores SIGINT)
+    stops the runs too."""
+    stops = {s: signal.signal(s, signal.default_int_handler)
+             for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with ThreadPoolExecutor(plan["jobs"]) as pool:
-            futures = {pool.submit(execute, run, plan["nproc"], env, plan["eval"]): run for run in runs}
+            futures = {pool.submit(execute, run, plan["nproc"], env, plan["eval"]): run
+                       for run in runs}
             try:
                 for i, future in enumerate(as_completed(futures), 1):
-                    print(progress_line(i, len(runs), futures[future], *future.result()), flush=True)
-            except KeyboardInterrupt:  # each run saves a checkpoint and stops (SIGTERM: save and exit, however many)
+                    print(progress_line(i, len(runs), futures[future], *future.result()),
+                          flush=True)
+            # each run saves a checkpoint and stops (SIGTERM: save and exit, however many)
+            except KeyboardInterrupt:
                 for process in list(RUNNING):
                     process.send_signal(signal.SIGTERM)
                 pool.shutdown(cancel_futures=True)
@@ -333,7 +381,8 @@ def train_all(runs, plan, env):
 
 def main(argv):
     plan = configure(argv)
-    check_out_dir(plan["base"]["out_dir"], "out_dir")  # results.md, results.json and the runs go there
+    # results.md, results.json and the runs go there
+    check_out_dir(plan["base"]["out_dir"], "out_dir")
     if plan["figures"]:
         check_out_dir(plan["figures"], "figures")
     root = Path(plan["base"]["out_dir"]) / "ablate"
@@ -341,13 +390,15 @@ def main(argv):
     check_not_stale(runs)
     if plan["figures"]:
         return draw_figures(runs, plan, root)
-    given = os.environ.get("OMP_NUM_THREADS")  # the user's, else the CPU's threads split among the processes
+    # the user's, else the CPU's threads split among the processes
+    given = os.environ.get("OMP_NUM_THREADS")
     threads = given or str(max(1, (os.cpu_count() or 1) // (plan["jobs"] * plan["nproc"])))
     env = os.environ | {"OMP_NUM_THREADS": threads}
     check_before_training(runs, plan, env)
     if plan["dry_run"]:
         todo = sum(not done(r) for r in runs)
-        return print(f"dry run: every check passed; {todo} of {len(runs)} runs would train in {root}, nothing written")
+        return print(f"dry run: every check passed; {todo} of {len(runs)} runs would train in "
+                     f"{root}, nothing written")
     print(f"{len(runs)} runs in {root}, {plan['jobs']} at a time, {threads} threads per process"
           + " (OMP_NUM_THREADS)" * bool(given))
     train_all(runs, plan, env)
@@ -358,12 +409,15 @@ def main(argv):
     record = dict(plan=shown, groups=groups, race=race(groups, plan))
     atomic_write(root / "results.json", json.dumps(record, indent=1).encode())
     print(text)
-    failed = [r["name"] for g in groups for r in g["runs"] if r["status"] not in ("finished", "diverged")]
+    failed = [r["name"] for g in groups for r in g["runs"]
+              if r["status"] not in ("finished", "diverged")]
     unscored = [r["name"] for g in groups for r in g["runs"]
                 if plan["eval"]["tasks"] and r["status"] == "finished" and not r["scores"]]
     if failed or unscored:
-        clauses = [f"{len(names)} {what} ({', '.join(names)}: see their {log})" for names, what, log in
-                   ((failed, "did not finish", "train.log"), (unscored, "were not evaluated", "eval.log")) if names]
+        clauses = [f"{len(names)} {what} ({', '.join(names)}: see their {log})"
+                   for names, what, log in ((failed, "did not finish", "train.log"),
+                                            (unscored, "were not evaluated", "eval.log"))
+                   if names]
         sys.exit(f"error: of {len(runs)} runs, {' and '.join(clauses)}")
 
 

@@ -1,24 +1,25 @@
 """
-Speed and memory of every norm mode and preset (peri, dyt), measured in one process and reported as ratios
-to `pre`.
+Speed and memory of every norm mode and preset (peri, dyt), measured in one process and reported as
+ratios to `pre`.
 
     python bench.py                                    # 6 layers, 384 wide, block 256, batch 8
     python bench.py configs/geonorm_125m.py --device=cuda --compile=on   # GPT-2 small, vocab 50304
     python bench.py --modes=pre,geonorm,peri --steps=20 --json
     python bench.py --arch=llama --compile=on         # the llama block: ratios to llama's pre
 
-A training step is forward, backward, clipping, the AdamW update and ngpt's projection of its weights
-(GPT.normalize_weights, as train.py runs it after each step; nothing in the other modes), on random tokens.
-Subnormal floats are flushed to zero while it measures: a CPU computes them in microcode, a GPU at full
-speed, and reorder's gradients underflow (docs/results.md). --threads=1 gives the steadiest ratios on a
-shared CPU. A preset is measured as the mode and switches it names (configurator.PRESETS). The modes take
-turns step by step, in an order that rotates every round, so drift on a shared machine hits all of
-them alike; each figure is a median. Peak memory is measured with one mode's model alive at a time:
-CUDA's max allocated during a step (weights, gradients, AdamW state and activations), or on CPU the
-growth of the process's peak RSS during one step. Also measured: sampling tokens/s with and without
-the KV cache, and the data loader's batches/s. The train.py settings that shape these (the model's, the
-batch, AdamW's, seed, device, dtype; --help lists them) are set as --key=value too; a train.py setting that
-does not shape them is an error, and one from a config file is left out with a note.
+A training step is forward, backward, clipping, the AdamW update and ngpt's projection of its
+weights (GPT.normalize_weights, as train.py runs it after each step; nothing in the other modes), on
+random tokens. Subnormal floats are flushed to zero while it measures: a CPU computes them in
+microcode, a GPU at full speed, and reorder's gradients underflow (docs/results.md). --threads=1
+gives the steadiest ratios on a shared CPU. A preset is measured as the mode and switches it names
+(configurator.PRESETS). The modes take turns step by step, in an order that rotates every round, so
+drift on a shared machine hits all of them alike; each figure is a median. Peak memory is measured
+with one mode's model alive at a time: CUDA's max allocated during a step (weights, gradients, AdamW
+state and activations), or on CPU the growth of the process's peak RSS during one step. Also
+measured: sampling tokens/s with and without the KV cache, and the data loader's batches/s. The
+train.py settings that shape these (the model's, the batch, AdamW's, seed, device, dtype; --help
+lists them) are set as --key=value too; a train.py setting that does not shape them is an error, and
+one from a config file is left out with a note.
 The vocabulary is the one train.py builds for the dataset, read from data_dir/dataset/meta.json
 whatever the dataset's name: GPT-2's 50257 tokens padded to 50304 for a BPE dataset, a character
 table as it is (pystdlib's: this Python's characters, about 200). --vocab_size sets it instead and
@@ -49,8 +50,8 @@ import prepare_data
 
 TRAIN = Path(__file__).with_name("train.py")  # whose settings bench.py takes
 
-# settings: the assignments between the two rulers, read by configurator.py (python bench.py --help); the
-# command line sets bench_<name> as --<name>=...
+# settings: the assignments between the two rulers, read by configurator.py (python bench.py
+# --help); the command line sets bench_<name> as --<name>=...
 # --------------------------------------------------------------------------------------------------
 # the norm modes and presets, by commas (pre,geonorm,peri), or all; pre, the baseline, always
 bench_modes: str | list = "all"
@@ -59,7 +60,8 @@ bench_steps = 10  # timed steps per mode
 bench_vocab_size: int | None = None  # random tokens' vocabulary; None: the dataset's (meta.json)
 bench_sample_tokens = 240  # new tokens per sampling measurement
 bench_json = False  # print the results as one JSON object
-bench_threads: int | None = None  # torch's CPU threads; None: its default, a thread per core (1: steadier ratios)
+# torch's CPU threads; None: its default, a thread per core (1: steadier ratios)
+bench_threads: int | None = None
 # train.py's settings, with the defaults bench.py measures
 device = "cpu"  # cpu or cuda
 n_layer = 6
@@ -69,39 +71,45 @@ block_size = 256
 batch_size = 8
 # --------------------------------------------------------------------------------------------------
 PROMPT = 8  # tokens of the sampling prompt: block_size must leave room after it
-# Each entry compiles GPT.forward anew (dynamo's guards see its mode and switches); past dynamo's default of 8
-# compilations per function the rest would run eager, silently: room for every entry, in both passes
-torch._dynamo.config.cache_size_limit = 64  # the name torch 2.4 knows; recompile_limit since 2.7, an alias
-# train.py's settings that shape what bench.py measures; none of the others do (out_dir, parallel, ...)
+# Each entry compiles GPT.forward anew (dynamo's guards see its mode and switches); past dynamo's
+# default of 8 compilations per function the rest would run eager, silently: room for every entry,
+# in both passes
+# the name torch 2.4 knows; recompile_limit since 2.7, an alias
+torch._dynamo.config.cache_size_limit = 64
+# train.py's settings that shape what bench.py measures; none of the others do
+# (out_dir, parallel, ...)
 MEASURED = ({f.name for f in dataclasses.fields(GPTConfig)} - {"vocab_size", "norm_mode"}
             | {"seed", "data_dir", "dataset", "batch_size", "learning_rate", "weight_decay",
                "beta1", "beta2", "device", "dtype", "peak_flops"})
-RANGES = dict(bench_steps=1, bench_sample_tokens=1, bench_threads=1, batch_size=1, learning_rate=0, weight_decay=0,
-              beta1="[0, 1)", beta2="[0, 1)", seed="[0, 1e19)", peak_flops=0,
+RANGES = dict(bench_steps=1, bench_sample_tokens=1, bench_threads=1, batch_size=1, learning_rate=0,
+              weight_decay=0, beta1="[0, 1)", beta2="[0, 1)", seed="[0, 1e19)", peak_flops=0,
               dtype=devices.DTYPES)  # checked by configurator; the model's settings by GPTConfig
 
 
 def help_text():
-    """--help: the docstring, bench.py's settings, and those of train.py that it measures, as in train.py."""
+    """--help: the docstring, bench.py's settings, and those of train.py that it measures, as in
+    train.py."""
     own = configurator.read_settings(__file__)
     lines = [line for line in configurator.settings_block(TRAIN).splitlines()
              if line.split(" ")[0].rstrip(":") in MEASURED - set(own)]
     return (f"{__doc__.strip()}\n\nsettings, their defaults and what they do:\n"
-            f"{configurator.settings_block(__file__)}\ntrain.py's settings that bench.py measures, with "
-            "train.py's defaults:\n" + "\n".join(lines))
+            f"{configurator.settings_block(__file__)}\n"
+            "train.py's settings that bench.py measures, with train.py's defaults:\n"
+            + "\n".join(lines))
 
 
 def check_names(argv):
-    """Each --name=value a setting bench.py uses, else one line: a did-you-mean among those, or, for a
-    train.py setting, what bench.py measures."""
+    """Each --name=value a setting bench.py uses, else one line: a did-you-mean among those, or, for
+    a train.py setting, what bench.py measures."""
     own = [name.removeprefix("bench_") for name in configurator.read_settings(__file__)]
     for arg in (arg for arg in argv if arg.startswith("--")):
         name = arg[2:].partition("=")[0]
         if name in own or name in MEASURED:
             continue
         if name in configurator.read_settings(TRAIN):
-            sys.exit(f"error: bench.py does not use {name} ({arg}): it measures one process's training step, "
-                     "sampling and data loading; python bench.py --help lists the settings that shape them")
+            sys.exit(f"error: bench.py does not use {name} ({arg}): "
+                     "it measures one process's training step, sampling and data loading; "
+                     "python bench.py --help lists the settings that shape them")
         hint = configurator.did_you_mean(name, {n: f"--{n}" for n in own},
                                          {n: repr(n) for n in sorted(MEASURED)},
                                          otherwise="python bench.py --help lists them all")
@@ -109,18 +117,19 @@ def check_names(argv):
 
 
 def parse(argv):
-    """(bench.py's own settings, the modes, train.py's settings): a namespace each, less the bench_ prefix;
-    every value checked before anything is measured."""
+    """(bench.py's own settings, the modes, train.py's settings): a namespace each, less the bench_
+    prefix; every value checked before anything is measured."""
     if "--help" in argv or "-h" in argv:
         print_help(help_text())
     check_names(argv)
     cfg, given = configurator.parse_settings(argv, __file__, RANGES, TRAIN, "bench_")
-    if left_out := sorted(set(given) - MEASURED - set(configurator.read_settings(__file__))):  # from a config
-        print(f"note: bench.py leaves out {', '.join(left_out)}: settings of a training run, not of what it "
-              "measures", file=sys.stderr)
+    # from a config
+    if left_out := sorted(set(given) - MEASURED - set(configurator.read_settings(__file__))):
+        print(f"note: bench.py leaves out {', '.join(left_out)}: "
+              "settings of a training run, not of what it measures", file=sys.stderr)
     if cfg["block_size"] <= PROMPT:
-        sys.exit(f"error: block_size={cfg['block_size']} leaves no room to sample after the {PROMPT}-token "
-                 f"prompt: give at least {PROMPT + 1}")
+        sys.exit(f"error: block_size={cfg['block_size']} leaves no room to sample "
+                 f"after the {PROMPT}-token prompt: give at least {PROMPT + 1}")
     own = [name for name in cfg if name.startswith("bench_")]
     args = types.SimpleNamespace(**{name.removeprefix("bench_"): cfg.pop(name) for name in own})
     modes = configurator.parse_modes(args.modes)
@@ -129,19 +138,22 @@ def parse(argv):
     if args.compile not in ("both", "on", "off"):
         sys.exit(f"error: compile must be one of both, on, off, got {args.compile!r}")
     cfg["device"] = devices.pick_device(cfg["device"])
-    if args.vocab_size is None:  # the head of a 50,257-token BPE vocabulary dominates a 125M model's memory
+    # the head of a 50,257-token BPE vocabulary dominates a 125M model's memory
+    if args.vocab_size is None:
         args.vocab_size = dataset_vocab(cfg["data_dir"], cfg["dataset"])
     cfg = types.SimpleNamespace(**cfg)
-    for mode in modes:  # every entry's model settings, checked by GPTConfig.validate before any is built
-        configurator.model_config(types.SimpleNamespace(**vars(cfg) | configurator.entry_settings(mode)),
-                                  dict(vocab_size=args.vocab_size, tokenizer="char"))
+    # every entry's model settings, checked by GPTConfig.validate before any is built
+    for mode in modes:
+        configurator.model_config(
+            types.SimpleNamespace(**vars(cfg) | configurator.entry_settings(mode)),
+            dict(vocab_size=args.vocab_size, tokenizer="char"))
     return args, modes, cfg
 
 
 def dataset_vocab(data_dir, dataset):
-    """The vocabulary train.py builds for a prepared dataset, from its meta.json: the tokenizer it was
-    prepared with decides, not the dataset's name. pystdlib, the default, is made when missing, as
-    train.py makes it (offline, seconds)."""
+    """The vocabulary train.py builds for a prepared dataset, from its meta.json: the tokenizer it
+    was prepared with decides, not the dataset's name. pystdlib, the default, is made when missing,
+    as train.py makes it (offline, seconds)."""
     folder = Path(data_dir) / dataset
     if dataset == "pystdlib" and not (folder / "meta.json").exists():
         prepare_data.prepare("pystdlib", folder)
@@ -163,28 +175,34 @@ def subnormals_flushed():
 
 
 def peak_rss_reset():
-    """Return freed heap to the OS, then reset the kernel's peak-RSS mark to the current RSS (Linux)."""
+    """Return freed heap to the OS, then reset the kernel's peak-RSS mark to the current RSS
+    (Linux)."""
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     Path("/proc/self/clear_refs").write_text("5")
 
 
 def rss_kib(field):
-    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field))
+    return next(int(line.split()[1]) for line in open("/proc/self/status")
+                if line.startswith(field))
 
 
 class Runner:
-    """One mode's or preset's model, optimizer and a fixed random batch; step() is one training step."""
+    """One mode's or preset's model, optimizer and a fixed random batch; step() is one training
+    step."""
 
     def __init__(self, mode, cfg, vocab_size, compiled):
         cfg = types.SimpleNamespace(**vars(cfg) | configurator.entry_settings(mode))
         torch.manual_seed(cfg.seed)
-        config = configurator.model_config(cfg, dict(vocab_size=vocab_size, tokenizer="char"))  # no padding
+        # no padding
+        config = configurator.model_config(cfg, dict(vocab_size=vocab_size, tokenizer="char"))
         self.model = GPT(config).to(cfg.device)
         self.optimizer = self.model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
-                                                         (cfg.beta1, cfg.beta2), cfg.device.split(":")[0])
+                                                         (cfg.beta1, cfg.beta2),
+                                                         cfg.device.split(":")[0])
         self.fn = torch.compile(self.model) if compiled else self.model
         g = torch.Generator().manual_seed(0)
-        data = torch.randint(0, vocab_size, (cfg.batch_size, cfg.block_size + 1), generator=g).to(cfg.device)
+        data = torch.randint(0, vocab_size, (cfg.batch_size, cfg.block_size + 1),
+                             generator=g).to(cfg.device)
         self.x, self.y, self.cfg = data[:, :-1], data[:, 1:], cfg
         self.ctx = devices.autocast(cfg.device, devices.pick_dtype(cfg.dtype, cfg.device))
 
@@ -194,7 +212,8 @@ class Runner:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
-        self.model.normalize_weights()  # ngpt's projection, as train.py runs it; other modes: nothing
+        # ngpt's projection, as train.py runs it; other modes: nothing
+        self.model.normalize_weights()
         self.optimizer.zero_grad(set_to_none=True)
         sync(self.cfg.device)
 
@@ -260,17 +279,21 @@ def bench_training(modes, cfg, args, compiled):
 
 
 def bench_sampling(modes, cfg, args):
-    """Per mode: tokens/s generating from an 8-token prompt, with and without the KV cache (eager)."""
+    """Per mode: tokens/s generating from an 8-token prompt, with and without the KV cache
+    (eager)."""
     results = []
-    n_new = min(args.sample_tokens, cfg.block_size - PROMPT)  # inside the window, where both paths agree
+    # inside the window, where both paths agree
+    n_new = min(args.sample_tokens, cfg.block_size - PROMPT)
     for mode in modes:
         model = Runner(mode, cfg, args.vocab_size, compiled=False).model.eval()
         prompt = torch.zeros(1, PROMPT, dtype=torch.long, device=cfg.device)
         speed = {}
         for use_cache in (True, False, True, False):  # interleaved; the best of two each
-            dt = timed(lambda: model.generate(prompt, n_new, temperature=0, use_cache=use_cache), cfg.device)
+            dt = timed(lambda: model.generate(prompt, n_new, temperature=0, use_cache=use_cache),
+                       cfg.device)
             speed[use_cache] = max(speed.get(use_cache, 0.0), n_new / dt)
-        results.append(dict(mode=mode, tokens_per_s_cache=speed[True], tokens_per_s_no_cache=speed[False],
+        results.append(dict(mode=mode, tokens_per_s_cache=speed[True],
+                            tokens_per_s_no_cache=speed[False],
                             cache_speedup=speed[True] / speed[False]))
     return results
 
@@ -285,22 +308,24 @@ def bench_data_loader(cfg, n_batches=200):
         for i in range(n_batches):
             get_batch(shards, np.random.default_rng((cfg.seed, i)), cfg, cfg.device)
         dt = time.perf_counter() - t0
-    return dict(batches_per_s=n_batches / dt, tokens_per_s=n_batches * cfg.batch_size * cfg.block_size / dt)
+    return dict(batches_per_s=n_batches / dt,
+                tokens_per_s=n_batches * cfg.batch_size * cfg.block_size / dt)
 
 
 def print_table(report):
-    print(f"{report['shape']} on {report['device']}, torch {report['torch']}, {report['steps']} steps per mode, "
-          f"{report['threads']} CPU threads")
+    print(f"{report['shape']} on {report['device']}, torch {report['torch']}, "
+          f"{report['steps']} steps per mode, {report['threads']} CPU threads")
     print(f"{'mode':<11} {'compile':<8} {'ms/step':>8} {'x pre':>6} {'tokens/s':>9} {'MFU':>6} "
           f"{'peak MB':>8} {'1st step s':>10}")
     for r in report["training"]:
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] else "-"
-        print(f"{r['mode']:<11} {'on' if r['compile'] else 'off':<8} {r['step_ms']:>8.1f} {r['ratio_to_pre']:>6.3f} "
-              f"{r['tokens_per_s']:>9,.0f} {mfu:>6} {r['peak_mem_mb']:>8.1f} {r['first_step_s']:>10.1f}")
+        print(f"{r['mode']:<11} {'on' if r['compile'] else 'off':<8} {r['step_ms']:>8.1f} "
+              f"{r['ratio_to_pre']:>6.3f} {r['tokens_per_s']:>9,.0f} {mfu:>6} "
+              f"{r['peak_mem_mb']:>8.1f} {r['first_step_s']:>10.1f}")
     print(f"\n{'mode':<11} {'sample tok/s, cache':>19} {'no cache':>9} {'speedup':>8}")
     for r in report["sampling"]:
-        print(f"{r['mode']:<11} {r['tokens_per_s_cache']:>19.1f} {r['tokens_per_s_no_cache']:>9.1f} "
-              f"{r['cache_speedup']:>7.1f}x")
+        print(f"{r['mode']:<11} {r['tokens_per_s_cache']:>19.1f} "
+              f"{r['tokens_per_s_no_cache']:>9.1f} {r['cache_speedup']:>7.1f}x")
     d = report["data_loader"]
     print(f"\ndata loader: {d['batches_per_s']:,.0f} batches/s ({d['tokens_per_s']:,.0f} tokens/s)")
 
@@ -309,15 +334,18 @@ def main(argv):
     args, modes, cfg = parse(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    # Subnormal floats (below 1.2e-38) cost an x86 CPU a microcode assist each; a GPU runs them at full speed.
-    # reorder's attention, fed the unnormalized stream, saturates and sends 10^5 of them a step into k and v's
-    # gradients: its step grew 1.0 -> 1.7x pre's over 40 steps here. Flushed to zero, ratios time the arithmetic.
+    # Subnormal floats (below 1.2e-38) cost an x86 CPU a microcode assist each; a GPU runs them at
+    # full speed. reorder's attention, fed the unnormalized stream, saturates and sends 10^5 of them
+    # a step into k and v's gradients: its step grew 1.0 -> 1.7x pre's over 40 steps here. Flushed
+    # to zero, ratios time the arithmetic.
     with subnormals_flushed():
         torch.manual_seed(cfg.seed)
         compiles = {"both": (False, True), "on": (True,), "off": (False,)}[args.compile]
-        report = dict(shape=f"{cfg.arch}: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, "
-                            f"block {cfg.block_size}, batch {cfg.batch_size}, vocab {args.vocab_size}",
-                      device=cfg.device, steps=args.steps, threads=torch.get_num_threads(), torch=torch.__version__,
+        report = dict(shape=f"{cfg.arch}: {cfg.n_layer} layers, {cfg.n_head} heads, "
+                            f"{cfg.n_embd} wide, block {cfg.block_size}, batch {cfg.batch_size}, "
+                            f"vocab {args.vocab_size}",
+                      device=cfg.device, steps=args.steps, threads=torch.get_num_threads(),
+                      torch=torch.__version__,
                       training=[r for c in compiles for r in bench_training(modes, cfg, args, c)],
                       sampling=bench_sampling(modes, cfg, args), data_loader=bench_data_loader(cfg))
     if args.json:
