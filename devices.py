@@ -14,12 +14,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from data import first_line
 
-DTYPES = ("auto", "float32", "bfloat16")  # the dtype setting's choices; auto: bfloat16 on CUDA, else float32
+# the dtype setting's choices; auto: bfloat16 on CUDA, else float32
+DTYPES = ("auto", "float32", "bfloat16")
 
 
 def pick_device(device):
-    """The device setting ('auto': cuda when available), checked to be usable here. Under torchrun a GPU
-    is this process's own, cuda:LOCAL_RANK."""
+    """The device setting ('auto': cuda when available), checked to be usable here. Under torchrun a
+    GPU is this process's own, cuda:LOCAL_RANK."""
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     if device.startswith("cuda") and "LOCAL_RANK" in os.environ:
         device = f"cuda:{os.environ['LOCAL_RANK']}"
@@ -31,13 +32,14 @@ def pick_device(device):
 
 
 def planned_world():
-    """How many processes run: torchrun's WORLD_SIZE (ablate.py sets it for train.py's dry run too), else 1."""
+    """How many processes run: torchrun's WORLD_SIZE (ablate.py sets it for train.py's dry run too),
+    else 1."""
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def check_launch(device, backend, parallel):
-    """The device setting made usable (pick_device), checked with the backend and parallel settings before any
-    process group is made: a combination that cannot run is a one-line error."""
+    """The device setting made usable (pick_device), checked with the backend and parallel settings
+    before any process group is made: a combination that cannot run is a one-line error."""
     device = pick_device(device)
     kind = torch.device(device).type
     if backend == "nccl" and not (kind == "cuda" and torch.distributed.is_nccl_available()):
@@ -50,30 +52,32 @@ def check_launch(device, backend, parallel):
 
 
 def accumulation_steps(cfg, world):
-    """Micro-batches per process and step: the global count, total_batch_size's or gradient_accumulation_steps
-    (None: one per process), split over the world processes. The count is written back to cfg, so that
-    config.json and a resume on another number of processes keep the tokens per step."""
+    """Micro-batches per process and step: the global count, total_batch_size's or
+    gradient_accumulation_steps (None: one per process), split over the world processes. The count
+    is written back to cfg, so that config.json and a resume on another number of processes keep the
+    tokens per step."""
     steps, tokens = cfg.gradient_accumulation_steps or world, cfg.batch_size * cfg.block_size
     if cfg.total_batch_size:
-        steps = tokens and cfg.total_batch_size // tokens  # tokens 0: block_size 0, which the model rejects
+        # tokens 0: block_size 0, which the model rejects
+        steps = tokens and cfg.total_batch_size // tokens
         if steps * tokens != cfg.total_batch_size:
-            sys.exit(f"error: total_batch_size={cfg.total_batch_size} is not a multiple of batch_size * "
-                     f"block_size = {tokens}: change one of them")
+            sys.exit(f"error: total_batch_size={cfg.total_batch_size} is not a multiple of "
+                     f"batch_size * block_size = {tokens}: change one of them")
         if steps % world:
-            sys.exit(f"error: total_batch_size={cfg.total_batch_size} makes {steps} micro-batches of "
-                     f"{tokens} tokens, which do not split over {world} processes: make it a multiple of "
-                     f"{tokens * world}")
+            sys.exit(f"error: total_batch_size={cfg.total_batch_size} makes {steps} micro-batches "
+                     f"of {tokens} tokens, which do not split over {world} processes: make it a "
+                     f"multiple of {tokens * world}")
     elif steps % world:
-        sys.exit(f"error: gradient_accumulation_steps={steps} does not split over {world} processes: make it a "
-                 f"multiple of {world}, or None (one micro-batch per process)")
+        sys.exit(f"error: gradient_accumulation_steps={steps} does not split over {world} "
+                 f"processes: make it a multiple of {world}, or None (one micro-batch per process)")
     cfg.gradient_accumulation_steps = steps
     return steps // world
 
 
 @contextmanager
 def one_voice():
-    """Under torchrun every process makes the same checks and fails alike: process 0 alone prints the one-line
-    error, and every process exits with status 1."""
+    """Under torchrun every process makes the same checks and fails alike: process 0 alone prints
+    the one-line error, and every process exits with status 1."""
     try:
         yield
     except SystemExit as e:
@@ -83,16 +87,18 @@ def one_voice():
 
 
 def setup_distributed(device, backend="auto", group=False):
-    """(rank, world size, device) from torchrun's environment when it is set, else (0, 1, device): the
-    device setting made usable, a GPU being this process's own; backend 'auto' is nccl on CUDA, gloo on CPU.
-    group: a process group even without torchrun, of this one process (FSDP shards over a group)."""
+    """(rank, world size, device) from torchrun's environment when it is set, else (0, 1, device):
+    the device setting made usable, a GPU being this process's own; backend 'auto' is nccl on CUDA,
+    gloo on CPU. group: a process group even without torchrun, of this one process (FSDP shards over
+    a group)."""
     device = pick_device(device)
     if "RANK" not in os.environ and not group:
         return 0, 1, device
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
     auto = "nccl" if device.startswith("cuda") else "gloo"
-    alone = {} if "RANK" in os.environ else dict(store=torch.distributed.HashStore(), rank=0, world_size=1)
+    alone = ({} if "RANK" in os.environ
+             else dict(store=torch.distributed.HashStore(), rank=0, world_size=1))
     torch.distributed.init_process_group(auto if backend == "auto" else backend, **alone)
     return torch.distributed.get_rank(), torch.distributed.get_world_size(), device
 
@@ -101,17 +107,18 @@ FINAL_BARRIER = []  # the work of leave_together's barrier, referenced until the
 
 
 def leave_together():
-    """Wait for every process (one gone while the master still writes can abort the others). The barrier's work
-    stays referenced to the end: were gloo's thread to drop it last, freeing it (and the collectives it waited
-    for) would take the GIL, which the process group's destructor holds while it joins that thread, when DDP is
-    freed at main's return: a hang at exit, once in about 20 runs."""
+    """Wait for every process (one gone while the master still writes can abort the others). The
+    barrier's work stays referenced to the end: were gloo's thread to drop it last, freeing it (and
+    the collectives it waited for) would take the GIL, which the process group's destructor holds
+    while it joins that thread, when DDP is freed at main's return: a hang at exit, once in about 20
+    runs."""
     FINAL_BARRIER.append(torch.distributed.barrier(async_op=True))
     FINAL_BARRIER[-1].wait()
 
 
 def start(cfg, device, accum):
-    """This process, from train.py's settings cfg and its checked device and accum: its rank among torchrun's
-    (a process group of its own for fsdp), device, dtype, autocast context."""
+    """This process, from train.py's settings cfg and its checked device and accum: its rank among
+    torchrun's (a process group of its own for fsdp), device, dtype, autocast context."""
     rank, world, device = setup_distributed(device, cfg.backend, group=cfg.parallel == "fsdp")
     if device.startswith("cuda"):
         torch.set_float32_matmul_precision("high")  # TF32 matmuls
@@ -126,13 +133,14 @@ def pick_dtype(dtype, device):
 
 def autocast(device, dtype):
     """The context a forward pass runs in: bf16 autocast, or nothing for float32."""
-    return torch.autocast(torch.device(device).type, torch.bfloat16) if dtype == "bfloat16" else nullcontext()
+    return (torch.autocast(torch.device(device).type, torch.bfloat16) if dtype == "bfloat16"
+            else nullcontext())
 
 
 @dataclasses.dataclass(frozen=True)
 class Process:
-    """This process's facts: its rank among world processes, its device and dtype, the context its forward
-    passes run in (autocast) and its micro-batches per step."""
+    """This process's facts: its rank among world processes, its device and dtype, the context its
+    forward passes run in (autocast) and its micro-batches per step."""
     rank: int
     world: int
     device: str
@@ -151,27 +159,30 @@ class Process:
 
 
 def compiles(cfg, device):
-    """Whether the compile setting torch.compiles the model on device: None compiles on CUDA only."""
+    """Whether the compile setting torch.compiles the model on device: None compiles on CUDA
+    only."""
     return device.startswith("cuda") if cfg.compile is None else cfg.compile
 
 
 def repair_compile_cache():
-    """Delete the compiled kernels in torch's inductor cache that a compiler stopped mid-write left cut
-    short: a Ctrl-C or a scheduler's SIGTERM reaches the whole process group, g++ too, and torch would
-    load such a file, and fail, in every later run that compiles the same graph. Returns their paths."""
+    """Delete the compiled kernels in torch's inductor cache that a compiler stopped mid-write left
+    cut short: a Ctrl-C or a scheduler's SIGTERM reaches the whole process group, g++ too, and torch
+    would load such a file, and fail, in every later run that compiles the same graph. Returns their
+    paths."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
     removed = []
     for path in Path(cache_dir()).rglob("*.so"):
         if not whole_elf(path):
             path.unlink(missing_ok=True)  # another process of the launch may have removed it first
             removed.append(path)
-            print(f"notice: removed {path} from torch's compile cache: cut short (a compiler stopped while "
-                  "writing it); it is compiled again", file=sys.stderr)
+            print(f"notice: removed {path} from torch's compile cache: cut short (a compiler "
+                  "stopped while writing it); it is compiled again", file=sys.stderr)
     return removed
 
 
 def whole_elf(path):
-    """Whether path holds a whole ELF file: its header, and its section headers (written last) in it."""
+    """Whether path holds a whole ELF file: its header, and its section headers (written last) in
+    it."""
     try:
         with open(path, "rb") as f:
             header = f.read(64)
@@ -189,28 +200,32 @@ def whole_elf(path):
 
 
 def parallelize(model, cfg, proc):
-    """Activation checkpointing per block, torch.compile, then DDP or FSDP2 (fully_shard each Block, then the
-    root), as the settings cfg and the process proc say. Returns (train_model, eval_model): DDP's wrapper and
-    the model inside, or the sharded model for both."""
+    """Activation checkpointing per block, torch.compile, then DDP or FSDP2 (fully_shard each Block,
+    then the root), as the settings cfg and the process proc say. Returns (train_model, eval_model):
+    DDP's wrapper and the model inside, or the sharded model for both."""
     compiled = compiles(cfg, proc.device)
     if compiled:
         repair_compile_cache()
     blocks, fsdp = model.transformer.h, cfg.parallel == "fsdp"
     for i in range(len(blocks)):
-        if cfg.activation_checkpointing:  # non-reentrant: the same gradients; the RNG replayed for dropout
+        # non-reentrant: the same gradients; the RNG replayed for dropout
+        if cfg.activation_checkpointing:
             blocks[i] = checkpoint_wrapper(blocks[i])
-        if compiled and fsdp:  # per block, as torchtitan: the sharding's collectives run between the graphs
+        # per block, as torchtitan: the sharding's collectives run between the graphs
+        if compiled and fsdp:
             blocks[i].compile()
     if not fsdp:
         model = torch.compile(model) if compiled else model
         ids = [proc.device] if proc.device.startswith("cuda") else None
-        return (DDP(model, device_ids=ids, gradient_as_bucket_view=True) if proc.world > 1 else model), model
+        return (DDP(model, device_ids=ids, gradient_as_bucket_view=True) if proc.world > 1
+                else model), model
     mesh = init_device_mesh(proc.device.split(":")[0], (proc.world,))
-    # bf16 on CUDA: blocks gather bf16 weights and reduce fp32 gradients; their fp32 inputs, the fp32 root and
-    # autocast keep ddp's numbers but for bf16 norm gains. (CPU autocast runs layer_norm in the weights' dtype:
-    # fp32 there.)
+    # bf16 on CUDA: blocks gather bf16 weights and reduce fp32 gradients; their fp32 inputs, the
+    # fp32 root and autocast keep ddp's numbers but for bf16 norm gains. (CPU autocast runs
+    # layer_norm in the weights' dtype: fp32 there.)
     bf16 = proc.dtype == "bfloat16" and proc.device.startswith("cuda")
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                              cast_forward_inputs=False)
     for block in blocks:
         fully_shard(block, mesh=mesh, mp_policy=mp if bf16 else MixedPrecisionPolicy())
     fully_shard(model, mesh=mesh)

@@ -71,8 +71,8 @@ def minutes(seconds):
 
 
 def gap_cell(gap, seeds):
-    """A same-seed gap to pre for a table: +0.0123 ± 0.0040 (3), the number of seeds where it is not
-    one or not the row's; or — (pre, or no pre to compare with)."""
+    """A same-seed gap to pre for a table: +0.0123 ± 0.0040 (3), the number of seeds where it is
+    not one or not the row's; or — (pre, or no pre to compare with)."""
     if gap is None:
         return "—"
     spread = f" ± {gap['std']:.4f}" if gap["seeds"] > 1 else ""
@@ -362,8 +362,8 @@ def race_table(rows):
 
 
 def race_gap_cell(gap):
-    """+0.0123 [−0.0040, +0.0286] (3) at pre's lr 0.002; the interval only over several seeds; — for
-    none."""
+    """+0.0123 [−0.0040, +0.0286] (3) at pre's lr 0.002; the interval only over several seeds; —
+    for none."""
     if gap is None:
         return "—"
     interval = (f" [{gap['mean'] - gap['ci95']:+.4f}, {gap['mean'] + gap['ci95']:+.4f}]"
