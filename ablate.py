@@ -2,11 +2,15 @@
 Ablate the norm modes: train.py once per (mode, learning rate, seed, sweep point), then tables and
 plots.
 
-    python ablate.py configs/ablate_shakespeare_char.py                # six modes, one seed, ~12 min on 2 cores
-    python ablate.py configs/ablate_depth_char.py                      # every mode and preset at 2 to 16 blocks
-    python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3  # the same runs are skipped, two more seeds
-    python ablate.py CONFIG.py --modes=pre,geonorm --lrs=1e-3,3e-3 --sweep=geo_alpha=1,3,10 --max_iters=500
-    python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3 --figures=docs/shakespeare_char  # no training
+    # the six modes, one seed, ~12 min on 2 cores
+    python ablate.py configs/ablate_shakespeare_char.py
+    # every mode and preset at 2 to 16 blocks
+    python ablate.py configs/ablate_depth_char.py
+    # two more seeds: the runs already done are skipped
+    python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3
+    python ablate.py CONFIG.py --modes=pre,geonorm --lrs=1e-3,3e-3 --sweep=geo_alpha=1,3,10
+    # the tables and figures of finished runs, no training
+    python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3 --figures=docs/shakespeare_char
 
 A config file is a train.py config plus optional `ablate_<name> = ...` lines for ablate.py's own
 settings, which the command line sets as --<name>=..., and --sweep=key=v1,v2 once per key (--help
@@ -102,8 +106,8 @@ def check_names(argv):
     if "--help" in argv or "-h" in argv:
         per_run = f"train.py's, passed on to every run (but {', '.join(PER_RUN)}, set per run)"
         print_help(f"{__doc__.strip()}\n\nablate.py's settings:\n"
-                                f"{configurator.settings_block(__file__)}\n{per_run}:\n"
-                                + configurator.settings_block(TRAIN))
+                   f"{configurator.settings_block(__file__)}\n{per_run}:\n"
+                   + configurator.settings_help(TRAIN))
     own, train = configurator.read_settings(__file__), configurator.read_settings(TRAIN)
     for arg in (arg for arg in argv if arg.startswith("--")):
         name = arg[2:].partition("=")[0]

@@ -90,12 +90,11 @@ def help_text():
     """--help: the docstring, bench.py's settings, and those of train.py that it measures, as in
     train.py."""
     own = configurator.read_settings(__file__)
-    lines = [line for line in configurator.settings_block(TRAIN).splitlines()
-             if line.split(" ")[0].rstrip(":") in MEASURED - set(own)]
+    measured = configurator.settings_help(TRAIN, MEASURED - set(own))
     return (f"{__doc__.strip()}\n\nsettings, their defaults and what they do:\n"
             f"{configurator.settings_block(__file__)}\n"
             "train.py's settings that bench.py measures, with train.py's defaults:\n"
-            + "\n".join(lines))
+            + measured)
 
 
 def check_names(argv):

@@ -14,6 +14,7 @@ import ast
 import builtins
 import dataclasses
 import difflib
+import inspect
 import math
 import os
 import sys
@@ -33,6 +34,41 @@ LOCAL_GPT2 = "a folder holding a transformers GPT-2 (save_pretrained)"  # init_f
 def settings_block(script):
     """The text between the two RULER lines of the script at path script: its settings."""
     return Path(script).read_text().split(RULER + "\n")[1]
+
+
+def model_notes():
+    """{field: description} of GPTConfig's fields, read from model.py, their one home: the comment
+    lines just above a field, then the comment on its line."""
+    notes = {}
+    above = []
+    for line in inspect.getsource(GPTConfig).splitlines()[1:]:
+        text = line.strip()
+        if text.startswith(("def ", "@")):  # the fields come first
+            break
+        name, colon, rest = text.partition(":")
+        if text.startswith("#"):
+            above.append(text.lstrip("# "))
+        elif colon and name.isidentifier():
+            notes[name] = " ".join([*above, rest.partition("  # ")[2]]).strip()
+            above = []
+        else:  # a blank line: the comment above it is no field's
+            above = []
+    return notes
+
+
+def settings_help(script, names=None):
+    """The script's settings block as --help shows it, or its lines of the settings in names. A
+    setting with no comment of its own that is a GPTConfig field (train.py's model settings) gets
+    model.py's description."""
+    notes = model_notes()
+    lines = []
+    for line in settings_block(script).split("\n"):
+        name = line.split(" ")[0].rstrip(":")
+        if name in notes and "#" not in line:
+            line = f"{line}  # {notes[name]}"
+        if names is None or name in names:
+            lines.append(line)
+    return "\n".join(lines)
 
 
 def read_settings(script):
@@ -138,7 +174,7 @@ def parse_settings(argv, script, ranges=None, passes_on=None, prefix=""):
     if "--help" in argv or "-h" in argv:
         doc = ast.get_docstring(ast.parse(Path(script).read_text()), clean=False).strip()
         print_help(doc + "\n\nsettings, their defaults and what they do:\n"
-                   + settings_block(script))
+                   + settings_help(script))
     own = read_settings(script)
     settings, given = (read_settings(passes_on) if passes_on else {}) | own, {}
     for arg in argv:

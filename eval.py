@@ -2,9 +2,10 @@
 Score a model on downstream tasks with EleutherAI's lm-evaluation-harness (pip install lm-eval): a
 checkpoint of train.py, or OpenAI's GPT-2 as the reference row.
 
-    python eval.py --out_dir=out --tasks=hellaswag,piqa,arc_easy,arc_challenge,winogrande,lambada_openai
+    python eval.py --out_dir=out --tasks=hellaswag,piqa,arc_easy,arc_challenge,winogrande
     python eval.py --init_from=gpt2 --out_dir=out/gpt2 --tasks=hellaswag --limit=500
-    python eval.py --out_dir=out --tasks=hellaswag_local --include_path=tasks/   # task YAMLs of your own
+    # task YAMLs of your own
+    python eval.py --out_dir=out --tasks=hellaswag_local --include_path=tasks/
     torchrun --standalone --nproc_per_node=8 eval.py --out_dir=out --tasks=hellaswag
 
 The harness owns the tasks, their prompts and their metrics; this script only answers its three

@@ -1,6 +1,6 @@
-"""A run's record in out_dir, written and read back: config.json (the settings as run, and the code's
-version) and log.jsonl (one event a line: train, eval, layer_stats, end). train.py writes them
-through Log; checkpoint.py, ablate.py and results.py read them back with read_events and read_log.
+"""A run's record in out_dir, written and read back: config.json (the settings as run, and the
+code's version) and log.jsonl (one event a line: train, eval, layer_stats, end). train.py writes
+them through Log; checkpoint.py, ablate.py and results.py read them back (read_events, read_log).
 """
 import json
 import math

@@ -79,52 +79,80 @@ GEO_RADII = ("sqrt_d", "embed")
 
 @dataclass
 class GPTConfig:
-    block_size: int = 1024
+    # Each field's comment is its description, here once: train.py --help shows it
+
+    block_size: int = 1024  # tokens per sequence: the model's context length
     vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for speed
-    n_layer: int = 12
-    n_head: int = 12
-    n_embd: int = 768
-    dropout: float = 0.0
+    n_layer: int = 12  # blocks
+    n_head: int = 12  # attention heads per block
+    n_embd: int = 768  # width of the residual stream
+    dropout: float = 0.0  # dropout probability; 0 for pretraining
     bias: bool = False  # biases in Linears and LayerNorms; simplenorm and llama require False
-    arch: str = "gpt2"  # the block family, one of ARCHS (§11)
-    # the head is E; None: gpt2 tied, llama (and ngpt) untied
+    # the block family (§11): gpt2 (learned positions, GELU, LayerNorm) or llama (rotary,
+    # SwiGLU, RMSNorm)
+    arch: str = "gpt2"
+    # the head is the token embedding E; None: the family's choice (gpt2 tied, llama and ngpt not)
     tie_embeddings: bool | None = None
     # key/value heads, fewer for grouped-query attention; None: n_head
     n_kv_head: int | None = None
     rope_theta: float = 10000.0  # llama: the rotary base θ
     multiple_of: int = 256  # llama: the SwiGLU width is rounded up to a multiple of this
-    ffn_dim_multiplier: float | None = None  # llama: scales the SwiGLU width before rounding
-    norm_mode: str = "pre"  # one of NORM_MODES
-    # None: 1e-5, but 1e-6 for simplenorm's and hybrid's under a tied 0.02 E
+    # llama: scales the SwiGLU width before rounding; None: 1
+    ffn_dim_multiplier: float | None = None
+    norm_mode: str = "pre"  # the placement: one of NORM_MODES, with equations in the docstring
+    # epsilon of the norms; None: 1e-5, but 1e-6 for simplenorm's and hybrid's under a tied
+    # 0.02 E
     norm_eps: float | None = None
-    # RMSNorm on q and k, any mode: True or 'all_heads' over all heads (OLMo 2), 'per_head' (Qwen3)
+    # RMSNorm on q and k, any mode: True or 'all_heads' over all heads (OLMo 2), 'per_head'
+    # (Qwen3)
     qk_norm: bool | str = False
     geo_alpha: float = 1.0  # geonorm: base step size a
-    geo_decay: str = "harmonic"  # geonorm: a_k = a/k | a/√k | a(L-k+1)/L | a
-    geo_input_norm: bool = True  # geonorm: LN before each sub-layer (§6.2 item 1)
-    geo_radius: str = "sqrt_d"  # geonorm: the embedding projected to radius √d, or its own norm
-    geo_max_angle: float | None = None  # geonorm: smooth clamp of the rotation angle θ (radians)
-    sandwich_depth_scaled: bool = False  # sandwich: output-norm gains c/√L (Pangu Ultra DSSN)
-    gelu_tanh: bool = False  # gpt2: GELU's tanh approximation, as OpenAI's GPT-2 (from_gpt2)
-    lns_scaled_init: bool = False  # lns: the family's depth-scaled W_o, W₂, W₃ (off: 0.02, §13.1)
-    mixln_alpha: float = 0.25  # mixln: blocks 1..⌊αL⌋ post-norm, the rest pre-norm (§13.2)
-    hybrid_star: bool = False  # hybrid: block 1 pre-norm, keeping QKV-norm (HybridNorm*, §13.4)
-    embed_norm: bool = False  # the family's norm on x_0 (Peri-LN = sandwich + embed_norm, §13.3)
-    norm_type: str = "norm"  # one of NORM_TYPES: DyT (§13.5) or Derf (§14.1) for the norms
-    dyt_alpha_attn: float = 0.8  # dyt: α at init of ln_1
-    dyt_alpha_ffn: float = 0.2  # dyt: α at init of ln_2, the output norms and ln_emb
-    dyt_alpha_final: float = 0.2  # dyt: α at init of ln_f
-    derf_alpha_attn: float = 1.0  # derf: α at init of ln_1 (the authors' GPT-2 patch, §14.1)
-    derf_alpha_ffn: float = 1.0  # derf: α at init of ln_2, the output norms and ln_emb
-    derf_alpha_final: float = 1.0  # derf: α at init of ln_f
-    derf_shift_init: float = 0.0  # derf: the shift s at init
-    pointwise_bias: bool | None = None  # DyT's and Derf's β; None: Derf always, DyT iff bias
-    res_scale: str = "none"  # one of RES_SCALES: x + λ⊙y, or λ_res·x + λ_post·y (§14.2)
-    layerscale_init: float = 1e-4  # layerscale: λ at init (CaiT's class default)
-    x0_mix: bool = False  # nanochat: x ← λ_k·x + μ_k·x_0 before block k (§14.2)
-    normformer_scale_resids: bool = False  # normformer: the MLP's skip × w_resid (§14.3)
-    subln_init_gain: bool = True  # subln: W_v, W_o, W₁, W₂, W₃ × √(ln 2L) at init (§14.4)
-    gpas: bool = False  # x − SiLU(g)·stopgrad(x) after each residual add (§14.5)
+    # geonorm: step size over depth a_k: harmonic a/k, sqrt a/√k, linear a(L-k+1)/L, or none a
+    geo_decay: str = "harmonic"
+    geo_input_norm: bool = True  # geonorm: LayerNorm before each sub-layer (§6.2 item 1)
+    # geonorm: the sphere's radius: sqrt_d (√d), or embed (the embedding's own norm)
+    geo_radius: str = "sqrt_d"
+    # geonorm: smooth clamp of the rotation angle θ (radians); None: off
+    geo_max_angle: float | None = None
+    # sandwich: output-norm gains scaled by c/√L (Pangu Ultra's DSSN)
+    sandwich_depth_scaled: bool = False
+    # gpt2: GELU's tanh approximation, as OpenAI's GPT-2 has it (init_from=gpt2 sets it)
+    gelu_tanh: bool = False
+    # lns: keep the family's depth-scaled init of W_o, W₂, W₃ (off: plain 0.02, as LNS, §13.1)
+    lns_scaled_init: bool = False
+    # mixln: blocks 1..⌊αL⌋ post-norm, the rest pre-norm (§13.2)
+    mixln_alpha: float = 0.25
+    # hybrid: block 1 pre-norm, keeping QKV-norm (HybridNorm*, §13.4)
+    hybrid_star: bool = False
+    # the family's norm on the embedding x_0 (Peri-LN: norm_mode='sandwich' with embed_norm, §13.3)
+    embed_norm: bool = False
+    # the norms: 'norm' (the family's LayerNorm or RMSNorm), or DyT 'dyt' (§13.5) or Derf 'derf'
+    # (§14.1) in their place
+    norm_type: str = "norm"
+    dyt_alpha_attn: float = 0.8  # dyt: α at init of ln_1, the norm before attention
+    # dyt: α at init of ln_2 (before the MLP), the output norms and ln_emb
+    dyt_alpha_ffn: float = 0.2
+    dyt_alpha_final: float = 0.2  # dyt: α at init of ln_f, the final norm
+    # derf: α at init of ln_1, the norm before attention (the authors' GPT-2 patch, §14.1)
+    derf_alpha_attn: float = 1.0
+    # derf: α at init of ln_2 (before the MLP), the output norms and ln_emb
+    derf_alpha_ffn: float = 1.0
+    derf_alpha_final: float = 1.0  # derf: α at init of ln_f, the final norm
+    derf_shift_init: float = 0.0  # derf: the shift s inside erf at init
+    # dyt, derf: a bias β; None: Derf always, DyT iff bias
+    pointwise_bias: bool | None = None
+    # additive joins: none, layerscale (x + λ⊙y) or lambda (λ_res·x + λ_post·y) (§14.2)
+    res_scale: str = "none"
+    layerscale_init: float = 1e-4  # res_scale='layerscale': λ at init (CaiT's class default)
+    # nanochat: x ← λ_k·x + μ_k·x_0 before block k, learned (additive joins only, §14.2)
+    x0_mix: bool = False
+    # normformer: a learned scale on the MLP's skip, --scale-resids (§14.3)
+    normformer_scale_resids: bool = False
+    # subln: W_v, W_o and the MLP's matrices times √(ln 2L) at init (§14.4)
+    subln_init_gain: bool = True
+    # GPAS after each residual add: x − SiLU(g)·stopgrad(x) (pre, sandwich, lns, deep, mixln;
+    # §14.5)
+    gpas: bool = False
 
     def __post_init__(self):
         self.validate()

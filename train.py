@@ -51,65 +51,66 @@ from model import GPT, GPT2_NAMES, from_gpt2
 # settings: the assignments between the two rulers, read by configurator.py (python train.py --help)
 # --------------------------------------------------------------------------------------------------
 # I/O
-out_dir = "out"  # the checkpoint (ckpt.pt, or sharded ckpt/), log.jsonl and config.json are written here
-init_from = "scratch"  # 'scratch', 'resume' (out_dir's checkpoint), or OpenAI's gpt2[-medium|-large|-xl] (or a folder)
+out_dir = "out"  # the checkpoint (ckpt.pt, or ckpt/ sharded), log.jsonl and config.json go here
+init_from = "scratch"  # scratch, resume (out_dir's checkpoint), gpt2[-medium|-large|-xl], a folder
 eval_interval = 250  # evaluate every this many steps, and at the end
 eval_iters = 20  # batches per split in an evaluation: the same batches every time
 log_interval = 10  # print and log the training loss every this many steps
-always_save_checkpoint = True  # checkpoint at every evaluation; False: when val loss improves (and at the end)
-log_layer_stats = False  # at evaluations also log each block's grad norm, residual RMS, rotation angle
+always_save_checkpoint = True  # at every evaluation; False: when val loss improves, and at the end
+log_layer_stats = False  # at evaluations also log each block's grad norm, RMS, rotation angle
 wandb_log = False  # also log to Weights & Biases, if it is installed
 wandb_project = "normgpt"  # wandb project name
 wandb_run_name = "run"  # wandb run name
 # data
 data_dir = "data"  # the folder holding prepared datasets
-dataset = "pystdlib"  # a folder in data_dir written by prepare_data.py (pystdlib is made when missing)
+dataset = "pystdlib"  # a folder in data_dir by prepare_data.py (pystdlib is made when missing)
 batch_size = 12  # sequences per micro-batch, per process
-block_size = 64  # tokens per sequence: the model's context length
-gradient_accumulation_steps: int | None = None  # micro-batches per step over all processes; None: 1 per process
+block_size = 64
+gradient_accumulation_steps: int | None = None  # micro-batches a step, all processes; None: 1 each
 total_batch_size = 0  # tokens per optimizer step; when > 0 it sets gradient_accumulation_steps
 seed = 1337  # seeds the initialization, every batch and every dropout mask
-# model: GPTConfig's fields (model.py); vocab_size comes from the dataset's meta.json
-n_layer = 4  # blocks
-n_head = 4  # attention heads per block
-n_embd = 128  # width of the residual stream
-dropout = 0.0  # dropout probability; 0 for pretraining
-bias = False  # biases in Linear and LayerNorm layers (gpt2 only)
-arch = "gpt2"  # block family: gpt2 (learned positions, GELU, LayerNorm) or llama (rotary, SwiGLU, RMSNorm)
-tie_embeddings: bool | None = None  # the head is the token embedding; None: the family's choice (gpt2 yes, llama no)
-n_kv_head: int | None = None  # key/value heads, fewer for grouped-query attention; None: n_head
-rope_theta = 10000.0  # llama: the rotary base
-multiple_of = 256  # llama: the SwiGLU width is rounded up to a multiple of this
-ffn_dim_multiplier: float | None = None  # llama: scales the SwiGLU width before rounding; None: 1
-norm_mode = "pre"  # the placement: one of NORM_MODES, listed in model.py's docstring with equations
-norm_eps: float | None = None  # epsilon of the norms; None: the mode's default
-qk_norm: bool | str = False  # RMSNorm on q and k: True or all_heads (OLMo 2), or per_head (Qwen3)
-geo_alpha = 1.0  # geonorm: base step size a
-geo_decay = "harmonic"  # geonorm: step size over depth: harmonic, sqrt, linear or none
-geo_input_norm = True  # geonorm: LayerNorm before each sub-layer
-geo_radius = "sqrt_d"  # geonorm: the sphere's radius: sqrt_d, or embed (the embedding's own norm)
-geo_max_angle: float | None = None  # geonorm: smooth clamp of the rotation angle (radians); None: off
-sandwich_depth_scaled = False  # sandwich: output-norm gains scaled by 1/sqrt(n_layer)
-gelu_tanh = False  # gpt2: GELU's tanh approximation, as OpenAI's GPT-2 has it (init_from=gpt2 sets it)
-lns_scaled_init = False  # lns: keep the family's depth-scaled init of W_o, W2, W3 (False: plain 0.02, as LNS)
-mixln_alpha = 0.25  # mixln: the first floor(mixln_alpha * n_layer) blocks post-norm, the rest pre-norm
-hybrid_star = False  # hybrid: block 1 pre-norm with QKV-norm (HybridNorm*)
-embed_norm = False  # the family's norm on the embedding (Peri-LN: norm_mode='sandwich' with embed_norm=True)
-norm_type = "norm"  # 'norm': the family's LayerNorm or RMSNorm; 'dyt' or 'derf' in their place
-dyt_alpha_attn = 0.8  # dyt: alpha at init of the norm before attention
-dyt_alpha_ffn = 0.2  # dyt: alpha at init of the norm before the MLP, the output norms and the embedding's
-dyt_alpha_final = 0.2  # dyt: alpha at init of the final norm
-derf_alpha_attn = 1.0  # derf: alpha at init of the norm before attention
-derf_alpha_ffn = 1.0  # derf: alpha at init of the norm before the MLP, the output norms, the embedding's
-derf_alpha_final = 1.0  # derf: alpha at init of the final norm
-derf_shift_init = 0.0  # derf: the shift inside erf at init
-pointwise_bias: bool | None = None  # dyt, derf: a bias beta; None: derf always, dyt iff bias
-res_scale = "none"  # additive joins: none, layerscale (x + lam*y) or lambda (lam_res*x + lam_post*y)
-layerscale_init = 1e-4  # res_scale='layerscale': lambda at init
-x0_mix = False  # nanochat: x <- lam*x + mu*x0 before each block, learned (additive joins only)
-normformer_scale_resids = False  # normformer: a learned scale on the MLP's skip (--scale-resids)
-subln_init_gain = True  # subln: W_v, W_o and the MLP's matrices times sqrt(ln 2L) at init
-gpas = False  # GPAS after each residual add: x - SiLU(g)*stopgrad(x) (pre, sandwich, lns, deep, mixln)
+# model: GPTConfig's fields, each described beside it in model.py (and by python train.py
+# --help); vocab_size comes from the dataset's meta.json
+n_layer = 4
+n_head = 4
+n_embd = 128
+dropout = 0.0
+bias = False
+arch = "gpt2"
+tie_embeddings: bool | None = None
+n_kv_head: int | None = None
+rope_theta = 10000.0
+multiple_of = 256
+ffn_dim_multiplier: float | None = None
+norm_mode = "pre"
+norm_eps: float | None = None
+qk_norm: bool | str = False
+geo_alpha = 1.0
+geo_decay = "harmonic"
+geo_input_norm = True
+geo_radius = "sqrt_d"
+geo_max_angle: float | None = None
+sandwich_depth_scaled = False
+gelu_tanh = False
+lns_scaled_init = False
+mixln_alpha = 0.25
+hybrid_star = False
+embed_norm = False
+norm_type = "norm"
+dyt_alpha_attn = 0.8
+dyt_alpha_ffn = 0.2
+dyt_alpha_final = 0.2
+derf_alpha_attn = 1.0
+derf_alpha_ffn = 1.0
+derf_alpha_final = 1.0
+derf_shift_init = 0.0
+pointwise_bias: bool | None = None
+res_scale = "none"
+layerscale_init = 1e-4
+x0_mix = False
+normformer_scale_resids = False
+subln_init_gain = True
+gpas = False
 # optimizer: AdamW
 learning_rate = 1e-3  # peak learning rate
 max_iters = 2000  # optimizer steps in all
@@ -125,8 +126,8 @@ lr_decay_iters: int | None = None  # the decay reaches min_lr at this step; None
 min_lr = 1e-4  # the final learning rate
 wsd_decay_frac = 0.2  # wsd: the last fraction of lr_decay_iters decays linearly
 # processes and memory: torchrun's RANK, LOCAL_RANK and WORLD_SIZE start several
-parallel = "ddp"  # 'ddp': each process holds the whole model; 'fsdp': weights, gradients, AdamW state sharded (FSDP2)
-activation_checkpointing = False  # keep only each block's input; recompute the rest in the backward pass
+parallel = "ddp"  # ddp: each process holds the whole model; fsdp: weights, grads, AdamW sharded
+activation_checkpointing = False  # keep each block's input only; recompute the rest when backward
 backend = "auto"  # 'nccl' or 'gloo'; auto: nccl on CUDA, gloo on CPU
 # system
 device = "auto"  # 'cpu', 'cuda', 'cuda:1', 'mps'; auto: cuda when available
@@ -476,7 +477,8 @@ def run_training(cfg, proc, ckpt, meta, data, config):
     proc.say(measure.banner(raw_model, cfg, proc.world, proc.accum, proc.dtype, proc.device))
     speed = Throughput(raw_model, cfg, proc.world, proc.accum, proc.device, first_step=run.step)
     signals, status, val_loss = Signals(), "finished", None
-    gates = [p for name, p in raw_model.named_parameters() if name.endswith("gpas_gate")]  # GPAS's g
+    # GPAS's g
+    gates = [p for name, p in raw_model.named_parameters() if name.endswith("gpas_gate")]
     # then each step the next's
     batch = micro_batch(data, cfg, proc.device, run.step, proc.rank * proc.accum)
     try:
