@@ -1,5 +1,5 @@
-"""bench.py: its JSON report for the modes asked for, compiled and eager steps that train alike, memory per
-mode; the train.py settings it and ablate.py pass on, listed by --help and checked."""
+"""bench.py: its JSON report for the modes asked for, compiled and eager steps that train alike,
+memory per mode; the train.py settings it and ablate.py pass on, listed by --help and checked."""
 import gc
 import json
 import subprocess
@@ -22,44 +22,54 @@ SHAPE = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch
          "--sample_tokens=8"]
 # random tokens need no prepared dataset (pystdlib, the default, is not in a fresh checkout)
 TINY = [*SHAPE, "--vocab_size=65"]
-TRAINING = {"mode", "compile", "step_ms", "ratio_to_pre", "tokens_per_s", "first_step_s", "mfu", "peak_mem_mb"}
+TRAINING = {"mode", "compile", "step_ms", "ratio_to_pre", "tokens_per_s", "first_step_s", "mfu",
+            "peak_mem_mb"}
 SAMPLING = {"mode", "tokens_per_s_cache", "tokens_per_s_no_cache", "cache_speedup"}
 
 
 def run_bench(*args):
-    return subprocess.run([sys.executable, "bench.py", *TINY, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([sys.executable, "bench.py", *TINY, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_bench_reports_the_modes_asked_for_after_pre_the_baseline(arch):
-    result = run_bench("--modes=geonorm,simplenorm", "--steps=2", "--compile=off", "--json", f"--arch={arch}")
+    result = run_bench("--modes=geonorm,simplenorm", "--steps=2", "--compile=off", "--json",
+                       f"--arch={arch}")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["shape"] == f"{arch}: 1 layers, 2 heads, 32 wide, block 32, batch 2, vocab 65"  # train.py's settings
+    # train.py's settings
+    assert report["shape"] == f"{arch}: 1 layers, 2 heads, 32 wide, block 32, batch 2, vocab 65"
     assert [r["mode"] for r in report["training"]] == ["pre", "geonorm", "simplenorm"]
     assert [r["mode"] for r in report["sampling"]] == ["pre", "geonorm", "simplenorm"]
-    assert all(set(r) == TRAINING for r in report["training"]) and all(set(r) == SAMPLING for r in report["sampling"])
-    assert [r["compile"] for r in report["training"]] == [False] * 3  # --compile=off: eager rows only
+    assert (all(set(r) == TRAINING for r in report["training"])
+            and all(set(r) == SAMPLING for r in report["sampling"]))
+    # --compile=off: eager rows only
+    assert [r["compile"] for r in report["training"]] == [False] * 3
     assert report["training"][0]["ratio_to_pre"] == 1.0
-    assert all(r["mfu"] is None for r in report["training"])  # no peak FLOP/s on a CPU: no made-up MFU
+    # no peak FLOP/s on a CPU: no made-up MFU
+    assert all(r["mfu"] is None for r in report["training"])
 
 
 def test_every_derived_figure_is_its_raw_figures_divided_in_the_json_and_the_table(capsys):
-    """What the report derives, recomputed from the raw figures it prints: ratio_to_pre = step_ms / pre's
-    step_ms (pre's exactly 1), tokens_per_s = batch_size * block_size tokens per step / seconds per step, the
-    cache speedup = tokens/s with the cache / without, the loader's tokens/s = batches/s * tokens per batch;
-    and the table prints those same figures."""
+    """What the report derives, recomputed from the raw figures it prints: ratio_to_pre = step_ms /
+    pre's step_ms (pre's exactly 1), tokens_per_s = batch_size * block_size tokens per step /
+    seconds per step, the cache speedup = tokens/s with the cache / without, the loader's tokens/s =
+    batches/s * tokens per batch; and the table prints those same figures."""
     bench.main([*TINY, "--modes=geonorm,simplenorm", "--steps=2", "--compile=off", "--json"])
     report, tokens = json.loads(capsys.readouterr().out), 2 * 32  # --batch_size=2, --block_size=32
     pre = report["training"][0]
     assert pre["mode"] == "pre" and pre["ratio_to_pre"] == 1.0
     for r in report["training"]:
-        assert r["ratio_to_pre"] == pytest.approx(r["step_ms"] / pre["step_ms"], rel=1e-12), r["mode"]
-        assert r["tokens_per_s"] == pytest.approx(tokens / (r["step_ms"] / 1000), rel=1e-12), r["mode"]
-    assert len({r["step_ms"] for r in report["training"]}) == 3  # distinct times: a wrong base would show
+        assert r["ratio_to_pre"] == pytest.approx(r["step_ms"] / pre["step_ms"],
+                                                  rel=1e-12), r["mode"]
+        assert r["tokens_per_s"] == pytest.approx(tokens / (r["step_ms"] / 1000),
+                                                  rel=1e-12), r["mode"]
+    # distinct times: a wrong base would show
+    assert len({r["step_ms"] for r in report["training"]}) == 3
     for r in report["sampling"]:
-        assert r["cache_speedup"] == pytest.approx(r["tokens_per_s_cache"] / r["tokens_per_s_no_cache"], rel=1e-12)
+        assert r["cache_speedup"] == pytest.approx(
+            r["tokens_per_s_cache"] / r["tokens_per_s_no_cache"], rel=1e-12)
     loader = report["data_loader"]
     assert loader["tokens_per_s"] == pytest.approx(loader["batches_per_s"] * tokens, rel=1e-12)
     bench.print_table(report)
@@ -71,15 +81,18 @@ def test_every_derived_figure_is_its_raw_figures_divided_in_the_json_and_the_tab
 
 
 def test_the_table_shows_each_figure_of_the_report_under_its_heading(capsys):
-    """The table a person reads: the setup line, a row per timed mode (compile on or off, MFU or '-' where
-    there is no peak), a row per sampled mode, the loader's line; each figure the report's, rounded."""
+    """The table a person reads: the setup line, a row per timed mode (compile on or off, MFU or '-'
+    where there is no peak), a row per sampled mode, the loader's line; each figure the report's,
+    rounded."""
     report = dict(shape="gpt2: 1 layers", device="cuda", steps=3, threads=2, torch="2.99",
-                  training=[dict(mode="pre", compile=True, step_ms=12.345, ratio_to_pre=1.0, tokens_per_s=12345.6,
-                                 mfu=0.4567, peak_mem_mb=1234.56, first_step_s=20.35),
+                  training=[dict(mode="pre", compile=True, step_ms=12.345, ratio_to_pre=1.0,
+                                 tokens_per_s=12345.6, mfu=0.4567, peak_mem_mb=1234.56,
+                                 first_step_s=20.35),
                             dict(mode="geonorm", compile=False, step_ms=13.04, ratio_to_pre=1.05631,
-                                 tokens_per_s=1000.4, mfu=None, peak_mem_mb=10.0, first_step_s=0.04)],
-                  sampling=[dict(mode="pre", tokens_per_s_cache=500.25, tokens_per_s_no_cache=100.05,
-                                 cache_speedup=5.0)],
+                                 tokens_per_s=1000.4, mfu=None, peak_mem_mb=10.0,
+                                 first_step_s=0.04)],
+                  sampling=[dict(mode="pre", tokens_per_s_cache=500.25,
+                                 tokens_per_s_no_cache=100.05, cache_speedup=5.0)],
                   data_loader=dict(batches_per_s=1234.5, tokens_per_s=1234567.8))
     bench.print_table(report)
     assert capsys.readouterr().out == (
@@ -94,39 +107,48 @@ def test_the_table_shows_each_figure_of_the_report_under_its_heading(capsys):
         "data loader: 1,234 batches/s (1,234,568 tokens/s)\n")
 
 
-def test_sampling_times_greedy_generation_from_one_prompt_with_and_without_the_cache_best_of_two(monkeypatch):
-    """Per mode, in eval mode: an 8-token prompt continued greedily (where the cache and the full recompute give
-    the same tokens) by sample_tokens, at most to block_size, cache and no cache taking turns twice; tokens/s
-    from each one's faster try."""
+def test_sampling_times_greedy_generation_from_one_prompt_with_and_without_the_cache_best_of_two(
+        monkeypatch):
+    """Per mode, in eval mode: an 8-token prompt continued greedily (where the cache and the full
+    recompute give the same tokens) by sample_tokens, at most to block_size, cache and no cache
+    taking turns twice; tokens/s from each one's faster try."""
     generated = []
 
     def generate(self, idx, max_new_tokens, **kwargs):
-        generated.append((self.config.norm_mode, self.training, tuple(idx.shape), idx.dtype, max_new_tokens, kwargs))
+        generated.append((self.config.norm_mode, self.training, tuple(idx.shape), idx.dtype,
+                          max_new_tokens, kwargs))
 
     monkeypatch.setattr(GPT, "generate", generate)
     for sample_tokens, n_new in ((100, 24), (5, 5)):  # block_size 32: 24 tokens after the prompt
         generated.clear()
-        times = iter([50.0, 200.0, 25.0, 400.0, 100.0, 300.0, 200.0, 150.0])  # slower than a token a second
+        # slower than a token a second
+        times = iter([50.0, 200.0, 25.0, 400.0, 100.0, 300.0, 200.0, 150.0])
         monkeypatch.setattr(bench, "timed", lambda fn, device: fn() or next(times))
-        args, modes, cfg = bench.parse([*TINY, "--modes=geonorm", f"--sample_tokens={sample_tokens}"])
+        args, modes, cfg = bench.parse([*TINY, "--modes=geonorm",
+                                        f"--sample_tokens={sample_tokens}"])
         rows = bench.bench_sampling(modes, cfg, args)
         expected = [(m, False, (1, 8), torch.long, n_new) for m in modes for _ in "1234"]
         assert [call[:5] for call in generated] == expected
-        assert [call[5] for call in generated] == [dict(temperature=0, use_cache=c) for c in (True, False) * 4]
-        assert rows == [dict(mode="pre", tokens_per_s_cache=n_new / 25, tokens_per_s_no_cache=n_new / 200,
-                             cache_speedup=8.0),
-                        dict(mode="geonorm", tokens_per_s_cache=n_new / 100, tokens_per_s_no_cache=n_new / 150,
-                             cache_speedup=1.5)]
+        assert [call[5] for call in generated] == [dict(temperature=0, use_cache=c)
+                                                   for c in (True, False) * 4]
+        assert rows == [dict(mode="pre", tokens_per_s_cache=n_new / 25,
+                             tokens_per_s_no_cache=n_new / 200, cache_speedup=8.0),
+                        dict(mode="geonorm", tokens_per_s_cache=n_new / 100,
+                             tokens_per_s_no_cache=n_new / 150, cache_speedup=1.5)]
 
 
-def test_threads_sets_torchs_cpu_threads_for_every_step_and_the_report_says_how_many(monkeypatch, capsys):
-    """--threads=N: every timed step runs on N threads, and the JSON and the table's first line say N; without
-    it torch's count is left as it is; fewer than 1 is a one-line error."""
+def test_threads_sets_torchs_cpu_threads_for_every_step_and_the_report_says_how_many(monkeypatch,
+                                                                                     capsys):
+    """--threads=N: every timed step runs on N threads, and the JSON and the table's first line say
+    N; without it torch's count is left as it is; fewer than 1 is a one-line error."""
     seen, step, before = [], bench.Runner.step, torch.get_num_threads()
-    monkeypatch.setattr(bench.Runner, "step", lambda self: seen.append(torch.get_num_threads()) or step(self))
+    monkeypatch.setattr(bench.Runner, "step",
+                        lambda self: seen.append(torch.get_num_threads()) or step(self))
     try:
-        bench.main([*TINY, "--modes=pre", "--steps=1", "--compile=off", "--json", f"--threads={before + 1}"])
-        assert json.loads(capsys.readouterr().out)["threads"] == before + 1 and set(seen) == {before + 1}
+        bench.main([*TINY, "--modes=pre", "--steps=1", "--compile=off", "--json",
+                    f"--threads={before + 1}"])
+        assert (json.loads(capsys.readouterr().out)["threads"] == before + 1
+                and set(seen) == {before + 1})
     finally:
         torch.set_num_threads(before)
     seen.clear()
@@ -136,15 +158,19 @@ def test_threads_sets_torchs_cpu_threads_for_every_step_and_the_report_says_how_
     mentions(error_of(bench.parse, ["--threads=0"]), "threads", "at least 1", "--threads=0")
 
 
-@pytest.mark.skipif(not torch.set_flush_denormal(False), reason="this CPU cannot flush subnormal floats")
+@pytest.mark.skipif(not torch.set_flush_denormal(False),
+                    reason="this CPU cannot flush subnormal floats")
 def test_subnormals_are_zero_in_every_timed_step_and_again_themselves_after_bench(monkeypatch):
-    """A CPU's subnormal arithmetic (microcode, up to 100x) would time one mode's underflow, not its cost: bench
-    flushes them to zero while it measures, and leaves its caller's arithmetic as torch's default has it."""
+    """A CPU's subnormal arithmetic (microcode, up to 100x) would time one mode's underflow, not its
+    cost: bench flushes them to zero while it measures, and leaves its caller's arithmetic as
+    torch's default has it."""
     flushed, step = [], bench.Runner.step
-    monkeypatch.setattr(bench.Runner, "step", lambda self: flushed.append(float(torch.tensor(1e-39) * 1) == 0)
+    monkeypatch.setattr(bench.Runner, "step",
+                        lambda self: flushed.append(float(torch.tensor(1e-39) * 1) == 0)
                         or step(self))
     bench.main([*TINY, "--modes=pre", "--steps=2", "--compile=off", "--json"])
-    assert flushed == [True] * 6  # the memory pass: a first step, a warm-up, the measured one; a warm-up, 2 timed
+    # the memory pass: a first step, a warm-up, the measured one; a warm-up, 2 timed
+    assert flushed == [True] * 6
     assert float(torch.tensor(1e-39) * 1) != 0
 
 
@@ -182,7 +208,8 @@ def test_the_presets_are_rows_of_their_own_measured_as_the_settings_they_name():
     result = run_bench("--modes=dyt,peri", "--steps=1", "--compile=off", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert [r["mode"] for r in report["training"]] == [r["mode"] for r in report["sampling"]] == ["pre", "dyt", "peri"]
+    assert ([r["mode"] for r in report["training"]] == [r["mode"] for r in report["sampling"]]
+            == ["pre", "dyt", "peri"])
     args, modes, cfg = bench.parse([*TINY, "--modes=all"])
     assert modes == list(ENTRIES)
     for preset, settings in PRESETS.items():
@@ -191,9 +218,10 @@ def test_the_presets_are_rows_of_their_own_measured_as_the_settings_they_name():
     assert not bench.Runner("sandwich", cfg, args.vocab_size, False).model.config.embed_norm
 
 
-def test_ngpts_step_includes_its_projection_and_every_entry_compiles_without_falling_back_to_eager():
-    """The timed step of ngpt ends with GPT.normalize_weights, as train.py's does; dynamo may compile
-    GPT.forward once per entry in each pass (its default, 8, would leave the rest eager)."""
+def test_ngpts_step_includes_its_projection_and_every_entry_compiles_without_falling_back_to_eager(
+):
+    """The timed step of ngpt ends with GPT.normalize_weights, as train.py's does; dynamo may
+    compile GPT.forward once per entry in each pass (its default, 8, would leave the rest eager)."""
     args, _, cfg = bench.parse([*TINY, "--modes=ngpt"])
     runner = bench.Runner("ngpt", cfg, args.vocab_size, False)
     runner.step()
@@ -202,17 +230,20 @@ def test_ngpts_step_includes_its_projection_and_every_entry_compiles_without_fal
     assert torch._dynamo.config.recompile_limit >= 2 * len(ENTRIES)
 
 
-# every entry on one family, the families taking turns: the runner's two paths are the same code for every mode
-# (test_model.py compiles each mode's forward on both families); a compiled step of each costs seconds
-@pytest.mark.parametrize("mode, arch", [(mode, ARCHS[i % len(ARCHS)]) for i, mode in enumerate(ENTRIES)])
+# every entry on one family, the families taking turns: the runner's two paths are the same code for
+# every mode (test_model.py compiles each mode's forward on both families); a compiled step of each
+# costs seconds
+@pytest.mark.parametrize("mode, arch",
+                         [(mode, ARCHS[i % len(ARCHS)]) for i, mode in enumerate(ENTRIES)])
 def test_compiled_and_eager_runners_take_the_same_training_steps(mode, arch, monkeypatch):
-    """bench.py times one step both ways: from the same weights and batch, two compiled steps (forward, backward
-    and AdamW) leave the weights where two eager steps do (aot_eager, which needs no C++ toolchain), and every
-    weight moved."""
+    """bench.py times one step both ways: from the same weights and batch, two compiled steps
+    (forward, backward and AdamW) leave the weights where two eager steps do (aot_eager, which needs
+    no C++ toolchain), and every weight moved."""
     compile = torch.compile
     monkeypatch.setattr(torch, "compile", lambda model: compile(model, backend="aot_eager"))
     args, _, cfg = bench.parse([*TINY, f"--arch={arch}"])
-    eager, compiled = bench.Runner(mode, cfg, args.vocab_size, False), bench.Runner(mode, cfg, args.vocab_size, True)
+    eager = bench.Runner(mode, cfg, args.vocab_size, False)
+    compiled = bench.Runner(mode, cfg, args.vocab_size, True)
     init = {name: p.detach().clone() for name, p in eager.model.named_parameters()}
     for _ in range(2):
         eager.step()
@@ -247,14 +278,17 @@ def test_the_vocabulary_is_the_one_the_datasets_meta_json_gives_whatever_its_nam
 
 
 def test_a_dataset_not_prepared_is_one_line_naming_it_and_the_fix_and_pystdlib_is_made(tmp_path):
-    """A name prepared nowhere: one line with the meta.json looked for, the command that prepares it and
-    the way round it, --vocab_size. pystdlib, the default, is made when missing, as train.py makes it."""
+    """A name prepared nowhere: one line with the meta.json looked for, the command that prepares it
+    and the way round it, --vocab_size. pystdlib, the default, is made when missing, as train.py
+    makes it."""
     given = [f"--data_dir={tmp_path}", "--dataset=nonexistent"]
-    command = [sys.executable, "bench.py", *SHAPE, "--modes=pre", "--steps=1", "--compile=off", *given]
+    command = [sys.executable, "bench.py", *SHAPE, "--modes=pre", "--steps=1", "--compile=off",
+               *given]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     [line] = result.stderr.splitlines()
-    for words in (f"{tmp_path / 'nonexistent'}", "python prepare_data.py DATASET --out", "--vocab_size"):
+    for words in (f"{tmp_path / 'nonexistent'}", "python prepare_data.py DATASET --out",
+                  "--vocab_size"):
         assert words in line, words
     assert list(tmp_path.iterdir()) == []
     assert bench.parse([*given, "--vocab_size=7"])[0].vocab_size == 7
@@ -263,8 +297,8 @@ def test_a_dataset_not_prepared_is_one_line_naming_it_and_the_fix_and_pystdlib_i
 
 
 def test_the_device_is_resolved_and_the_window_must_leave_room_after_the_prompt():
-    """device=auto is resolved to the machine's (the CPU here) before anything is built; sampling's 8-token prompt
-    needs a block_size of at least 9."""
+    """device=auto is resolved to the machine's (the CPU here) before anything is built; sampling's
+    8-token prompt needs a block_size of at least 9."""
     device = bench.parse(["--device=auto", "--vocab_size=65"])[2].device
     assert device == devices.pick_device("auto") != "auto"
     assert bench.parse(["--block_size=9", "--vocab_size=65"])[2].block_size == 9
@@ -278,14 +312,16 @@ def test_each_modes_peak_memory_is_measured_with_only_its_own_model_alive(monkey
         return sum(type(o) is GPT for o in gc.get_objects())
 
     before, alive, measure = models(), [], bench.Runner.peak_memory_mb
-    monkeypatch.setattr(bench.Runner, "peak_memory_mb", lambda self: alive.append(models() - before) or measure(self))
+    monkeypatch.setattr(bench.Runner, "peak_memory_mb",
+                        lambda self: alive.append(models() - before) or measure(self))
     rows = bench.bench_training(modes, cfg, args, compiled=False)
     assert alive == [1, 1, 1] and [r["mode"] for r in rows] == ["pre", "geonorm", "simplenorm"]
 
 
 def test_every_mode_steps_on_the_same_batch_of_the_configured_shape_in_the_configured_precision():
-    """A fair comparison: one fixed batch (inputs and their next tokens, batch_size x block_size) for every mode,
-    whatever its init drew; under dtype=bfloat16 each step's forward pass runs in bf16 autocast."""
+    """A fair comparison: one fixed batch (inputs and their next tokens, batch_size x block_size)
+    for every mode, whatever its init drew; under dtype=bfloat16 each step's forward pass runs in
+    bf16 autocast."""
     args, modes, cfg = bench.parse([*TINY, "--dtype=bfloat16"])
     runners = [bench.Runner(mode, cfg, 65, compiled=False) for mode in ("pre", "geonorm", "ngpt")]
     for runner in runners:
@@ -293,7 +329,8 @@ def test_every_mode_steps_on_the_same_batch_of_the_configured_shape_in_the_confi
         assert torch.equal(runner.x, runners[0].x) and torch.equal(runner.y, runners[0].y)
         assert torch.equal(runner.x[:, 1:], runner.y[:, :-1]) and runner.x.max() < 65
         with runner.ctx:
-            assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+            assert (torch.is_autocast_enabled("cpu")
+                    and torch.get_autocast_dtype("cpu") == torch.bfloat16)
 
 
 def test_timed_is_the_clock_from_before_the_call_to_after_it(monkeypatch):
@@ -303,27 +340,35 @@ def test_timed_is_the_clock_from_before_the_call_to_after_it(monkeypatch):
 
 
 @pytest.mark.parametrize("compiled", [False, True])
-def test_a_training_row_is_the_median_of_its_modes_timed_steps_with_peak_memory_and_mfu(monkeypatch, compiled):
-    """Each mode: its first (compiling) step's time, then the median of its timed steps, modes taking turns;
-    ratio to pre's median, tokens/s, MFU at the given peak FLOP/s, peak memory = the high-water mark after a
-    step less the resident memory before it, in MiB; every model compiled when compiling, none otherwise."""
-    times = {"pre": iter([9.0, 0.3, 0.1, 0.2]), "geonorm": iter([7.0, 0.6, 0.4, 0.8])}  # first, then 3 steps
+def test_a_training_row_is_the_median_of_its_modes_timed_steps_with_peak_memory_and_mfu(monkeypatch,
+                                                                                        compiled):
+    """Each mode: its first (compiling) step's time, then the median of its timed steps, modes
+    taking turns; ratio to pre's median, tokens/s, MFU at the given peak FLOP/s, peak memory = the
+    high-water mark after a step less the resident memory before it, in MiB; every model compiled
+    when compiling, none otherwise."""
+    # first, then 3 steps
+    times = {"pre": iter([9.0, 0.3, 0.1, 0.2]), "geonorm": iter([7.0, 0.6, 0.4, 0.8])}
     steps, compiles = [], []
-    monkeypatch.setattr(bench, "timed", lambda fn, device: fn() or next(times[fn.__self__.model.config.norm_mode]))
-    monkeypatch.setattr(bench.Runner, "step", lambda self: steps.append(self.model.config.norm_mode))
+    monkeypatch.setattr(bench, "timed",
+                        lambda fn, device: fn() or next(times[fn.__self__.model.config.norm_mode]))
+    monkeypatch.setattr(bench.Runner, "step",
+                        lambda self: steps.append(self.model.config.norm_mode))
     monkeypatch.setattr(bench.torch, "compile", lambda model: compiles.append(model) or model)
     monkeypatch.setattr(bench, "peak_rss_reset", lambda: None)
-    monkeypatch.setattr(bench, "rss_kib", lambda field: {"VmRSS": 2048, "VmHWM": 2048 + 1536}[field])
+    monkeypatch.setattr(bench, "rss_kib",
+                        lambda field: {"VmRSS": 2048, "VmHWM": 2048 + 1536}[field])
     args, modes, cfg = bench.parse([*TINY, "--modes=geonorm", "--steps=3", "--peak_flops=1e9"])
     rows = bench.bench_training(modes, cfg, args, compiled)
-    assert len(compiles) == (4 if compiled else 0)  # the memory pass's model and the timed one, each mode
-    assert steps[-6:] == ["pre", "geonorm", "geonorm", "pre", "pre", "geonorm"]  # who goes first rotates
+    # the memory pass's model and the timed one, each mode
+    assert len(compiles) == (4 if compiled else 0)
+    # who goes first rotates
+    assert steps[-6:] == ["pre", "geonorm", "geonorm", "pre", "pre", "geonorm"]
     for row, (mode, first, median) in zip(rows, [("pre", 9.0, 0.2), ("geonorm", 7.0, 0.6)]):
         model = bench.Runner(mode, cfg, 65, compiled=False).model
-        assert row == dict(mode=mode, compile=compiled, step_ms=pytest.approx(1000 * median), ratio_to_pre=
-                           pytest.approx(median / 0.2), tokens_per_s=pytest.approx(2 * 32 / median),
-                           first_step_s=first, mfu=pytest.approx(model.estimate_mfu(2, median, 1e9)),
-                           peak_mem_mb=1.5)
+        assert row == dict(mode=mode, compile=compiled, step_ms=pytest.approx(1000 * median),
+                           ratio_to_pre=pytest.approx(median / 0.2),
+                           tokens_per_s=pytest.approx(2 * 32 / median), first_step_s=first,
+                           mfu=pytest.approx(model.estimate_mfu(2, median, 1e9)), peak_mem_mb=1.5)
 
 
 def test_pres_ratio_to_itself_is_exactly_1_however_its_steps_vary(monkeypatch):
@@ -340,46 +385,55 @@ def test_pres_ratio_to_itself_is_exactly_1_however_its_steps_vary(monkeypatch):
 
 
 def test_the_loader_row_times_200_seeded_batches_from_a_10m_token_shard(monkeypatch):
-    """Batches as train.py draws them (get_batch, rng seeded by (seed, batch)) from one shard whose counted
-    tokens are the file's; batches/s and tokens/s from the clock around the 200 of them."""
+    """Batches as train.py draws them (get_batch, rng seeded by (seed, batch)) from one shard whose
+    counted tokens are the file's; batches/s and tokens/s from the clock around the 200 of them."""
     import data
     seen, clock = [], iter([50.0, 52.0])
     real_get_batch, real_clock = data.get_batch, bench.time.perf_counter
 
     def get_batch(shards, rng, cfg, device):
-        seen.append((data.read_shard(shards[0][0]).size, list(shards[1]), rng.bit_generator.state, device))
+        seen.append((data.read_shard(shards[0][0]).size, list(shards[1]), rng.bit_generator.state,
+                     device))
         return real_get_batch(shards, rng, cfg, device)
 
     monkeypatch.setattr(bench, "get_batch", get_batch)
     args, modes, cfg = bench.parse([*TINY, "--seed=7"])
-    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock) if len(seen) in (0, 200) else real_clock())
+    monkeypatch.setattr(bench.time, "perf_counter",
+                        lambda: next(clock) if len(seen) in (0, 200) else real_clock())
     row = bench.bench_data_loader(cfg)
-    assert len(seen) == 200 and all(s[:2] == (10_000_000, [10_000_000]) and s[3] == "cpu" for s in seen)
-    assert [s[2] for s in seen] == [np.random.default_rng((7, i)).bit_generator.state for i in range(200)]
+    assert len(seen) == 200 and all(s[:2] == (10_000_000, [10_000_000]) and s[3] == "cpu"
+                                    for s in seen)
+    assert [s[2] for s in seen] == [np.random.default_rng((7, i)).bit_generator.state
+                                    for i in range(200)]
     assert row == dict(batches_per_s=100.0, tokens_per_s=100.0 * 2 * 32)
 
 
-def test_compile_chooses_the_training_rows_and_the_report_names_its_device_and_torch(monkeypatch, capsys):
-    """--compile=off: eager rows; on: compiled rows; both: the eager rows, then the compiled ones; --json prints
-    the report one value a line."""
-    monkeypatch.setattr(bench, "bench_training", lambda modes, cfg, args, compiled: [dict(mode=m, compile=compiled)
-                                                                                      for m in modes])
+def test_compile_chooses_the_training_rows_and_the_report_names_its_device_and_torch(monkeypatch,
+                                                                                     capsys):
+    """--compile=off: eager rows; on: compiled rows; both: the eager rows, then the compiled ones;
+    --json prints the report one value a line."""
+    monkeypatch.setattr(bench, "bench_training", lambda modes, cfg, args, compiled: [
+        dict(mode=m, compile=compiled) for m in modes])
     monkeypatch.setattr(bench, "bench_sampling", lambda modes, cfg, args: [])
     monkeypatch.setattr(bench, "bench_data_loader", lambda cfg: {})
-    for compile, flags in (("off", [False] * 2), ("on", [True] * 2), ("both", [False] * 2 + [True] * 2)):
+    for compile, flags in (("off", [False] * 2), ("on", [True] * 2),
+                           ("both", [False] * 2 + [True] * 2)):
         bench.main([*TINY, "--modes=geonorm", f"--compile={compile}", "--json"])
         out = capsys.readouterr().out
         report = json.loads(out)
-        assert '\n "device": "cpu",\n' in out  # one value a line: a report diffs as a person reads it
+        # one value a line: a report diffs as a person reads it
+        assert '\n "device": "cpu",\n' in out
         assert [r["compile"] for r in report["training"]] == flags
         assert [r["mode"] for r in report["training"]] == ["pre", "geonorm"] * (len(flags) // 2)
-        assert (report["device"], report["torch"], report["steps"]) == ("cpu", torch.__version__, 10)
+        assert ((report["device"], report["torch"], report["steps"])
+                == ("cpu", torch.__version__, 10))
 
 
 def test_bench_reads_its_own_settings_beside_train_pys(capsys):
     args, modes, cfg = bench.parse(["--modes=simplenorm,simplenorm", "--compile=on", "--json",
                                     "--n_layer=2", "--vocab_size=65"])
-    assert (modes, args.compile, args.json, cfg.n_layer, cfg.n_embd) == (["pre", "simplenorm"], "on", True, 2, 384)
+    assert ((modes, args.compile, args.json, cfg.n_layer, cfg.n_embd)
+            == (["pre", "simplenorm"], "on", True, 2, 384))
     assert not any(name.startswith("bench_") for name in vars(cfg))  # train.py's settings only
     with pytest.raises(SystemExit, match="compile must be one of both, on, off, got 'sometimes'"):
         bench.parse(["--compile=sometimes"])
@@ -392,17 +446,19 @@ def test_bench_reads_its_own_settings_beside_train_pys(capsys):
 
 
 @pytest.mark.parametrize("parse", [ablate.configure, bench.parse])
-def test_the_train_settings_passed_on_are_listed_guessed_and_the_rest_refused(parse, tmp_path, capsys):
-    """ablate.py passes every train.py setting on to its runs, bench.py those that shape what it measures:
-    --help lists them as train.py has them; a mistyped name is guessed among the script's own first (--mode:
-    --modes, not norm_mode); bench.py refuses, in one line, a train.py setting it would ignore
-    (--parallel=fsdp), and leaves a config file's out with a note."""
+def test_the_train_settings_passed_on_are_listed_guessed_and_the_rest_refused(parse, tmp_path,
+                                                                              capsys):
+    """ablate.py passes every train.py setting on to its runs, bench.py those that shape what it
+    measures: --help lists them as train.py has them; a mistyped name is guessed among the script's
+    own first (--mode: --modes, not norm_mode); bench.py refuses, in one line, a train.py setting it
+    would ignore (--parallel=fsdp), and leaves a config file's out with a note."""
     script = "ablate.py" if parse is ablate.configure else "bench.py"
     with pytest.raises(SystemExit) as e:
         parse(["--help"])
     listed = capsys.readouterr().out
     passed = configurator.read_settings(bench.TRAIN)
-    passed = passed if script == "ablate.py" else {k: v for k, v in passed.items() if k in bench.MEASURED}
+    passed = passed if script == "ablate.py" else {k: v for k, v in passed.items()
+                                                   if k in bench.MEASURED}
     assert e.value.code == 0 and len(passed) > 30
     if script == "bench.py":
         assert "\ntrain.py's settings that bench.py measures, with train.py's defaults:\n" in listed
@@ -410,11 +466,13 @@ def test_the_train_settings_passed_on_are_listed_guessed_and_the_rest_refused(pa
     if script == "bench.py":
         assert "\nparallel = " not in listed and "\nout_dir = " not in listed
     refused = {"--mode=pre": "unknown setting 'mode' in --mode=pre: did you mean --modes?",
-               "--seed_list=1": "unknown setting 'seed_list' in --seed_list=1: did you mean --seeds?"
+               "--seed_list=1": "unknown setting 'seed_list' in --seed_list=1: "
+                                "did you mean --seeds?"
                                 if script == "ablate.py" else "did you mean 'seed'?",
                "--n_layers=2": "unknown setting 'n_layers' in --n_layers=2: did you mean"}
     if script == "bench.py":
-        refused |= {f"--{name}={value}": f"bench.py does not use {name} (--{name}={value}): it measures"
+        refused |= {f"--{name}={value}": f"bench.py does not use {name} (--{name}={value}): "
+                                         "it measures"
                     for name, value in (("parallel", "fsdp"), ("max_iters", 5), ("out_dir", "x"),
                                         ("norm_mode", "pre"))}
     for arg, message in refused.items():
@@ -426,5 +484,5 @@ def test_the_train_settings_passed_on_are_listed_guessed_and_the_rest_refused(pa
     if script == "bench.py":
         (tmp_path / "config.py").write_text("parallel = 'fsdp'\nmax_iters = 5\nn_layer = 2\n")
         assert parse([str(tmp_path / "config.py"), "--vocab_size=65"])[2].n_layer == 2
-        assert capsys.readouterr().err == ("note: bench.py leaves out max_iters, parallel: settings of a "
-                                           "training run, not of what it measures\n")
+        assert capsys.readouterr().err == ("note: bench.py leaves out max_iters, parallel: "
+                                           "settings of a training run, not of what it measures\n")

@@ -24,8 +24,8 @@ import configurator
 import devices
 import measure
 import train
-from conftest import (TRAIN_TINY, assert_same_records, command, error_of, events, logged_numbers, losses,
-                      mentions, run, torchrun_mains)
+from conftest import (TRAIN_TINY, assert_same_records, command, error_of, events, logged_numbers,
+                      losses, mentions, run, torchrun_mains)
 from data import get_batch, load_meta
 from model import ARCHS, GPT, GPTConfig, NORM_MODES
 
@@ -45,12 +45,15 @@ def test_a_tiny_run_learns_and_writes_a_valid_log_and_checkpoint(data_dir, tmp_p
     assert [e["iter"] for e in evals] == [0, 5, 10, 15, 20, 25, 30]
     assert evals[-1]["val_loss"] < evals[0]["val_loss"] - 0.5  # from ~ln(62) = 4.1 to well below
     for e in events(tmp_path, "train"):
-        assert set(e) >= {"iter", "train_loss", "lr", "grad_norm", "ms_per_iter", "tokens_per_s", "mfu"}
+        assert set(e) >= {"iter", "train_loss", "lr", "grad_norm", "ms_per_iter", "tokens_per_s",
+                          "mfu"}
         assert e["mfu"] is None  # no made-up peak on CPU
-    assert log[-1] == dict(log[-1], event="end", status="finished", iter=30, final_val_loss=evals[-1]["val_loss"])
+    assert log[-1] == dict(log[-1], event="end", status="finished", iter=30,
+                           final_val_loss=evals[-1]["val_loss"])
 
     ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
-    assert {"model", "optimizer", "model_args", "iter_num", "best_val_loss", "config", "meta"} <= set(ckpt)
+    assert {"model", "optimizer", "model_args", "iter_num", "best_val_loss", "config",
+            "meta"} <= set(ckpt)
     assert ckpt["iter_num"] == 30 and ckpt["meta"] == load_meta(data_dir / "tiny")
     assert ckpt["best_val_loss"] == min(e["val_loss"] for e in evals) == log[-1]["best_val_loss"]
     model = GPT(GPTConfig(**ckpt["model_args"]))
@@ -58,34 +61,43 @@ def test_a_tiny_run_learns_and_writes_a_valid_log_and_checkpoint(data_dir, tmp_p
     assert ckpt["model_args"]["vocab_size"] == ckpt["meta"]["vocab_size"]  # characters: no padding
 
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["config"]["max_iters"] == 30 and saved["torch"] == torch.__version__ and "git" in saved
+    assert (saved["config"]["max_iters"] == 30 and saved["torch"] == torch.__version__
+            and "git" in saved)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode", NORM_MODES)
 def test_resume_repeats_an_uninterrupted_run_bit_for_bit(data_dir, tmp_path, mode, arch):
-    args = [f"--norm_mode={mode}", f"--arch={arch}", "--dropout=0.1", "--lr_decay_iters=12"]  # dropout: its masks too
+    # dropout: its masks too
+    args = [f"--norm_mode={mode}", f"--arch={arch}", "--dropout=0.1", "--lr_decay_iters=12"]
     run(data_dir, tmp_path / "whole", "--max_iters=12", *args)
     run(data_dir, tmp_path / "parts", "--max_iters=7", *args)
-    run(data_dir, tmp_path / "parts", "--max_iters=12", "--init_from=resume")  # the rest from the checkpoint
+    # the rest from the checkpoint
+    run(data_dir, tmp_path / "parts", "--max_iters=12", "--init_from=resume")
 
     assert losses(tmp_path / "parts") == losses(tmp_path / "whole")  # exact floats, each step once
     kinds = lambda log: [(e["event"], e["iter"]) for e in log]
     stop_eval = ("eval", 7)  # the first part evaluated where it stopped, at its max_iters
-    assert [k for k in kinds(events(tmp_path / "parts")) if k != stop_eval] == kinds(events(tmp_path / "whole"))
-    whole, parts = (torch.load(tmp_path / d / "ckpt.pt", weights_only=True) for d in ("whole", "parts"))
+    assert [k for k in kinds(events(tmp_path / "parts"))
+            if k != stop_eval] == kinds(events(tmp_path / "whole"))
+    whole, parts = (torch.load(tmp_path / d / "ckpt.pt", weights_only=True)
+                    for d in ("whole", "parts"))
     for name, tensor in whole["model"].items():
         assert torch.equal(tensor, parts["model"][name]), name
-    model = checkpoint.load_model(str(tmp_path / "whole"), "cpu")[0]  # ngpt: each step ends on the unit sphere
+    # ngpt: each step ends on the unit sphere
+    model = checkpoint.load_model(str(tmp_path / "whole"), "cpu")[0]
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     model.normalize_weights()  # the other modes: nothing to do
-    assert all(torch.allclose(before[name], tensor, atol=1e-6) for name, tensor in model.state_dict().items())
+    assert all(torch.allclose(before[name], tensor, atol=1e-6)
+               for name, tensor in model.state_dict().items())
 
 
-def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(data_dir, tmp_path, monkeypatch):
-    """At learning rate 0 the weights never change: every evaluation, before and after a resume, is equal; and
-    no training step draws one of the evaluations' batches."""
-    drawn, evaluating = {"train": set(), "evaluate": set()}, []  # each batch's tokens, by what drew it
+def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(data_dir, tmp_path,
+                                                                             monkeypatch):
+    """At learning rate 0 the weights never change: every evaluation, before and after a resume, is
+    equal; and no training step draws one of the evaluations' batches."""
+    # each batch's tokens, by what drew it
+    drawn, evaluating = {"train": set(), "evaluate": set()}, []
     evaluate = train.evaluate
 
     def evaluate_flagged(*args):
@@ -107,11 +119,14 @@ def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(dat
     evals = events(tmp_path, "eval")
     assert [e["iter"] for e in evals] == [0, 4, 8, 12]
     assert len({(e["train_loss"], e["val_loss"]) for e in evals}) == 1
-    assert len({loss for _, loss in losses(tmp_path)}) > 1  # while every training step draws its own batches
-    assert len(drawn["evaluate"]) == 2 * 2 and len(drawn["train"]) == 12 + 1  # and the first after the last
+    # while every training step draws its own batches
+    assert len({loss for _, loss in losses(tmp_path)}) > 1
+    # and the first after the last
+    assert len(drawn["evaluate"]) == 2 * 2 and len(drawn["train"]) == 12 + 1
     assert not drawn["train"] & drawn["evaluate"]
 
-    dropped = tmp_path / "dropout"  # an evaluation is of the model without dropout: the checkpoint's, evaluated
+    # an evaluation is of the model without dropout: the checkpoint's, evaluated
+    dropped = tmp_path / "dropout"
     run(data_dir, dropped, "--max_iters=4", "--eval_interval=4", "--dropout=0.5")
     cfg, _ = train.configure([f"--data_dir={data_dir}", *TRAIN_TINY, "--dropout=0.5"])
     proc = types.SimpleNamespace(device="cpu", rank=0, world=1, ctx=contextlib.nullcontext())
@@ -121,16 +136,18 @@ def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(dat
         [last["train_loss"], last["val_loss"]], rel=1e-6)
 
 
-def test_a_checkpoint_is_saved_at_every_evaluation_or_at_each_that_improves(data_dir, tmp_path, monkeypatch):
-    """always_save_checkpoint: at every evaluation but step 0's. False: where val loss fell below the best so
-    far (an equal loss is no gain: at lr 0, none), and at the end."""
+def test_a_checkpoint_is_saved_at_every_evaluation_or_at_each_that_improves(data_dir, tmp_path,
+                                                                            monkeypatch):
+    """always_save_checkpoint: at every evaluation but step 0's. False: where val loss fell below
+    the best so far (an equal loss is no gain: at lr 0, none), and at the end."""
     saved, save_run = [], checkpoint.save_run
-    monkeypatch.setattr(checkpoint, "save_run", lambda *args: saved.append(args[-1].step) or save_run(*args))
+    monkeypatch.setattr(checkpoint, "save_run",
+                        lambda *args: saved.append(args[-1].step) or save_run(*args))
     run(data_dir, tmp_path / "always", "--max_iters=3", "--eval_interval=1")
     assert saved == [1, 2, 3]
     saved.clear()
-    run(data_dir, tmp_path / "frozen", "--max_iters=3", "--eval_interval=1", "--always_save_checkpoint=False",
-        "--learning_rate=0", "--min_lr=0")
+    run(data_dir, tmp_path / "frozen", "--max_iters=3", "--eval_interval=1",
+        "--always_save_checkpoint=False", "--learning_rate=0", "--min_lr=0")
     assert saved == [3]
     saved.clear()
     learning = run(data_dir, tmp_path / "learning", "--max_iters=4", "--eval_interval=1",
@@ -144,7 +161,8 @@ def test_a_run_whose_evaluations_are_all_nan_has_no_best_val_loss(data_dir, tmp_
     """No val loss was ever below infinity: the end line's best_val_loss is None, not infinity."""
     monkeypatch.setattr(train, "evaluate", lambda *args: (math.nan, math.nan))
     end = run(data_dir, tmp_path, "--max_iters=2")[-1]
-    assert end["event"] == "end" and end["best_val_loss"] is None and math.isnan(end["final_val_loss"])
+    assert (end["event"] == "end" and end["best_val_loss"] is None
+            and math.isnan(end["final_val_loss"]))
 
 
 def test_max_iters_runs_exactly_that_many_optimizer_steps(data_dir, tmp_path):
@@ -160,53 +178,64 @@ def test_max_iters_runs_exactly_that_many_optimizer_steps(data_dir, tmp_path):
     assert [e["lr"] for e in events(tmp_path, "train")][:3] == pytest.approx([1e-3, 2e-3, 3e-3])
     assert stepped_at == [{e["lr"]} for e in events(tmp_path, "train")]
     lr_at = {e["iter"] - 1: e["lr"] for e in events(tmp_path, "train")}  # the lr each step ran at
-    assert [(e["iter"], e["lr"]) for e in events(tmp_path, "eval")][:2] == [(0, lr_at[0]), (5, lr_at[5])]  # the next
+    # the next
+    assert [(e["iter"], e["lr"]) for e in events(tmp_path, "eval")][:2] == [(0, lr_at[0]),
+                                                                            (5, lr_at[5])]
     ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert ckpt["iter_num"] == 7
     assert all(state["step"] == 7 for state in ckpt["optimizer"]["state"].values())
 
 
 TWO_PROCESS_RUNS = [(mode, "gpt2") for mode in NORM_MODES] + [("pre", "llama")]
-TWO_PROCESS_ARGS = ["--max_iters=4", "--eval_interval=2", "--eval_iters=3", "--gradient_accumulation_steps=4",
-                    "--dropout=0.1", "--log_interval=1", "--log_layer_stats=True"]
+TWO_PROCESS_ARGS = ["--max_iters=4", "--eval_interval=2", "--eval_iters=3",
+                    "--gradient_accumulation_steps=4", "--dropout=0.1", "--log_interval=1",
+                    "--log_layer_stats=True"]
 TOKENS_PER_STEP = 4 * 4 * 32  # 4 micro-batches (2 processes x 2, or 1 x 4) of TRAIN_TINY's 4 x 32
 
 
 @pytest.fixture(scope="module")
 def two_processes(data_dir, tmp_path_factory, request):
-    """Every mode on gpt2, and llama's pre, trained by 2 processes x 2 micro-batches in one torchrun launch (the
-    other pairs run in the one-process DDP test below): the cases selected, all but where -k narrows them (as
-    tests/test_add_a_mode.py does to one mode)."""
+    """Every mode on gpt2, and llama's pre, trained by 2 processes x 2 micro-batches in one torchrun
+    launch (the other pairs run in the one-process DDP test below): the cases selected, all but
+    where -k narrows them (as tests/test_add_a_mode.py does to one mode)."""
     root = tmp_path_factory.mktemp("two")
-    cases = [tuple(item.callspec.params[k] for k in ("mode", "arch")) for item in request.session.items
-             if item.originalname == "test_two_torchrun_processes_match_one_process_with_accumulation"]
-    runs = [[f"--data_dir={data_dir}", *TRAIN_TINY, *TWO_PROCESS_ARGS, f"--norm_mode={mode}", f"--arch={arch}",
-             f"--out_dir={root / f'{mode}-{arch}'}"] for mode, arch in cases]
+    cases = [tuple(item.callspec.params[k] for k in ("mode", "arch"))
+             for item in request.session.items if item.originalname
+             == "test_two_torchrun_processes_match_one_process_with_accumulation"]
+    runs = [[f"--data_dir={data_dir}", *TRAIN_TINY, *TWO_PROCESS_ARGS, f"--norm_mode={mode}",
+             f"--arch={arch}", f"--out_dir={root / f'{mode}-{arch}'}"] for mode, arch in cases]
     result = torchrun_mains(runs, root, timeout=600)
     assert result.stdout.count("= 2 processes x 2 micro-batches x 4 x 32") == len(runs)
     return root
 
 
 @pytest.mark.parametrize("mode, arch", TWO_PROCESS_RUNS)
-def test_two_torchrun_processes_match_one_process_with_accumulation(two_processes, data_dir, tmp_path, mode, arch):
-    """2 processes x 2 micro-batches train as 1 process x 4, and evaluate alike: 3 batches split 2 + 1."""
-    train.main([f"--data_dir={data_dir}", *TRAIN_TINY, *TWO_PROCESS_ARGS, f"--norm_mode={mode}", f"--arch={arch}",
-                f"--out_dir={tmp_path}"])
+def test_two_torchrun_processes_match_one_process_with_accumulation(two_processes, data_dir,
+                                                                    tmp_path, mode, arch):
+    """2 processes x 2 micro-batches train as 1 process x 4, and evaluate alike: 3 batches split 2 +
+    1."""
+    train.main([f"--data_dir={data_dir}", *TRAIN_TINY, *TWO_PROCESS_ARGS, f"--norm_mode={mode}",
+                f"--arch={arch}", f"--out_dir={tmp_path}"])
     one, two = tmp_path, two_processes / f"{mode}-{arch}"
     assert [i for i, _ in losses(two)] == [i for i, _ in losses(one)] == list(range(1, 5))
-    assert [e["iter"] for e in events(two, "eval")] == [e["iter"] for e in events(one, "eval")] == [0, 2, 4]
-    # every logged number: losses, lr, gradient norms, each block's statistics, tokens a step, the end line
+    assert ([e["iter"] for e in events(two, "eval")] == [e["iter"] for e in events(one, "eval")]
+            == [0, 2, 4])
+    # every logged number: losses, lr, gradient norms, each block's statistics, tokens a step, the
+    # end line
     assert_same_records(logged_numbers(two), logged_numbers(one), rel=1e-5, abs=1e-5)
     trained = [e["tokens_per_step"] for e in logged_numbers(one) if e["event"] == "train"]
-    assert trained[0] is None and trained[1:] == pytest.approx([TOKENS_PER_STEP] * 3)  # step 1 is untimed
+    # step 1 is untimed
+    assert trained[0] is None and trained[1:] == pytest.approx([TOKENS_PER_STEP] * 3)
 
 
 def test_each_micro_batch_has_its_own_dropout_seed(data_dir):
-    """micro_batch(step, g) is a function of (seed, step, g), and its dropout seed is drawn from all of [0, 2^63):
-    no two of 400 micro-batches share their masks, and the same call draws the same batch and seed again."""
+    """micro_batch(step, g) is a function of (seed, step, g), and its dropout seed is drawn from all
+    of [0, 2^63): no two of 400 micro-batches share their masks, and the same call draws the same
+    batch and seed again."""
     cfg, _ = train.configure([f"--data_dir={data_dir}", *TRAIN_TINY])
     _, data = train.load_dataset(cfg)
-    seeds = [train.micro_batch(data, cfg, "cpu", step, g)[2] for step in range(200) for g in range(2)]
+    seeds = [train.micro_batch(data, cfg, "cpu", step, g)[2] for step in range(200)
+             for g in range(2)]
     assert len(set(seeds)) == 400 and 0 <= min(seeds) and max(seeds) < 2**63 and max(seeds) > 2**60
     x, y, seed = train.micro_batch(data, cfg, "cpu", 7, 1)
     again = train.micro_batch(data, cfg, "cpu", 7, 1)
@@ -216,14 +245,16 @@ def test_each_micro_batch_has_its_own_dropout_seed(data_dir):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode", NORM_MODES)
 def test_ddp_syncs_the_gradients_once_after_the_last_micro_batch(data_dir, tmp_path, mode, arch):
-    """A DDP comm hook, counting the forwards before each all-reduce: two steps of 3 micro-batches (one
-    process, gloo) all-reduce only after the third backward pass of each; the second step's forward
-    would stop on a parameter left out of the loss, as under torchrun. With one process the mean is
-    the bucket itself: the hook returns it as is (a gloo future with a Python callback can deadlock
-    with the process group's teardown)."""
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    """A DDP comm hook, counting the forwards before each all-reduce: two steps of 3 micro-batches
+    (one process, gloo) all-reduce only after the third backward pass of each; the second step's
+    forward would stop on a parameter left out of the loss, as under torchrun. With one process the
+    mean is the bucket itself: the hook returns it as is (a gloo future with a Python callback can
+    deadlock with the process group's teardown)."""
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0,
+                            world_size=1)
     try:
-        cfg, _ = train.configure([f"--data_dir={data_dir}", *TRAIN_TINY, f"--norm_mode={mode}", f"--arch={arch}"])
+        cfg, _ = train.configure([f"--data_dir={data_dir}", *TRAIN_TINY, f"--norm_mode={mode}",
+                                  f"--arch={arch}"])
         meta, data = train.load_dataset(cfg, master=True)
         model = GPT(configurator.model_config(cfg, meta))
         forwards, synced = [], []
@@ -238,7 +269,8 @@ def test_ddp_syncs_the_gradients_once_after_the_last_micro_batch(data_dir, tmp_p
         ddp = DDP(model)
         ddp.register_comm_hook(None, counting_allreduce)
         batch = train.micro_batch(data, cfg, "cpu", step=0, g=0)
-        proc = devices.Process(rank=0, world=1, device="cpu", dtype="float32", ctx=contextlib.nullcontext(), accum=3)
+        proc = devices.Process(rank=0, world=1, device="cpu", dtype="float32",
+                               ctx=contextlib.nullcontext(), accum=3)
         for step in range(2):
             _, batch = train.train_step(ddp, data, cfg, proc, step, batch)
         assert len(forwards) == 6 and synced and set(synced) == {3, 6}
@@ -249,7 +281,8 @@ def test_ddp_syncs_the_gradients_once_after_the_last_micro_batch(data_dir, tmp_p
 def test_unknown_settings_and_wrong_types_fail_with_their_messages(data_dir, tmp_path):
     typo = tmp_path / "typo.py"
     typo.write_text("learning_rat = 1e-3\n")
-    cases = {  # the words each message must hold: the setting, the value, the fix or what it must be
+    # the words each message must hold: the setting, the value, the fix or what it must be
+    cases = {
         str(typo): ("'learning_rat'", str(typo), "'learning_rate'"),
         "--n_layr=2": ("--n_layr=2", "'n_layer'"),
         "--batch_size=1.5": ("batch_size", "int", "1.5"),
@@ -271,56 +304,69 @@ def test_unknown_settings_and_wrong_types_fail_with_their_messages(data_dir, tmp
         train.configure([f"--out_dir={tmp_path}", "--init_from=resume"])
     assert str(error.value.code).startswith(f"error: cannot read {tmp_path}/ckpt.pt")
     # as a process: one line naming the fix, no traceback, a failing exit code
-    result = subprocess.run(command("--lerning_rate=1e-3"), capture_output=True, text=True, timeout=60)
+    result = subprocess.run(command("--lerning_rate=1e-3"), capture_output=True, text=True,
+                            timeout=60)
     assert result.returncode == 1
-    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr  # one line
+    # one line
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.endswith("\n")
     mentions(result.stderr, "--lerning_rate=1e-3", "'learning_rate'")
 
 
-def test_a_missing_dataset_names_the_command_that_prepares_it_and_pystdlib_is_made(data_dir, tmp_path, monkeypatch):
-    """Another dataset is the user's to prepare; pystdlib, the default, is made by the run, once, after every check
-    has passed, and the model takes its vocabulary (here a stand-in build: tiny's folder)."""
+def test_a_missing_dataset_names_the_command_that_prepares_it_and_pystdlib_is_made(
+        data_dir, tmp_path, monkeypatch):
+    """Another dataset is the user's to prepare; pystdlib, the default, is made by the run, once,
+    after every check has passed, and the model takes its vocabulary (here a stand-in build: tiny's
+    folder)."""
     with pytest.raises(SystemExit) as error:
         train.main([f"--data_dir={tmp_path}", "--dataset=shakespeare_char"])
-    assert f"python prepare_data.py shakespeare_char --out {tmp_path / 'shakespeare_char'}" in str(error.value.code)
+    assert (f"python prepare_data.py shakespeare_char --out {tmp_path / 'shakespeare_char'}"
+            in str(error.value.code))
     made = []
     def prepare(name, folder):
         made.append((name, folder))
         shutil.copytree(data_dir / "tiny", folder)
     monkeypatch.setattr(train.prepare_data, "prepare", prepare)
-    argv = [f"--data_dir={tmp_path / 'data'}", *[a for a in TRAIN_TINY if not a.startswith("--dataset")],
-            "--max_iters=1"]
-    assert "error: beta1" in error_of(train.main, [*argv, f"--out_dir={tmp_path / 'no'}", "--beta1=1"])
+    argv = [f"--data_dir={tmp_path / 'data'}",
+            *[a for a in TRAIN_TINY if not a.startswith("--dataset")], "--max_iters=1"]
+    assert "error: beta1" in error_of(train.main,
+                                      [*argv, f"--out_dir={tmp_path / 'no'}", "--beta1=1"])
     for out in ("a", "b"):
         train.main([*argv, f"--out_dir={tmp_path / out}"])
     assert made == [("pystdlib", tmp_path / "data" / "pystdlib")]
-    assert checkpoint.load_model(str(tmp_path / "a"), "cpu")[0].config.vocab_size == load_meta(data_dir / "tiny")[
-        "vocab_size"]
+    assert (checkpoint.load_model(str(tmp_path / "a"), "cpu")[0].config.vocab_size
+            == load_meta(data_dir / "tiny")["vocab_size"])
 
 
-def test_a_resume_that_remakes_pystdlib_checks_it_against_the_checkpoint(data_dir, tmp_path, monkeypatch):
-    """pystdlib deleted after a run is made again by its resume, after the checks, and then checked as any
-    dataset is: another vocabulary (here a stand-in build of eight letters) is one line."""
+def test_a_resume_that_remakes_pystdlib_checks_it_against_the_checkpoint(data_dir, tmp_path,
+                                                                         monkeypatch):
+    """pystdlib deleted after a run is made again by its resume, after the checks, and then checked
+    as any dataset is: another vocabulary (here a stand-in build of eight letters) is one line."""
     letters = tmp_path / "letters.txt"
     letters.write_text("abcdefgh" * 2000)
-    train.prepare_data.prepare("shakespeare_char", tmp_path / "letters", inputs=[str(letters)], workers=1)
+    train.prepare_data.prepare("shakespeare_char", tmp_path / "letters", inputs=[str(letters)],
+                               workers=1)
     builds = iter([data_dir / "tiny", tmp_path / "letters"])
-    monkeypatch.setattr(train.prepare_data, "prepare", lambda name, folder: shutil.copytree(next(builds), folder))
+    monkeypatch.setattr(train.prepare_data, "prepare",
+                        lambda name, folder: shutil.copytree(next(builds), folder))
     out, data = tmp_path / "out", tmp_path / "data"
-    argv = [f"--data_dir={data}", f"--out_dir={out}", *[a for a in TRAIN_TINY if not a.startswith("--dataset")]]
+    argv = [f"--data_dir={data}", f"--out_dir={out}",
+            *[a for a in TRAIN_TINY if not a.startswith("--dataset")]]
     train.main([*argv, "--max_iters=2"])
     shutil.rmtree(data / "pystdlib")
-    mentions(error_of(train.main, [*argv, "--max_iters=4", "--init_from=resume"]), str(out), "pystdlib",
-             "char, 62 tokens", "char, 8 tokens", "restore the pystdlib", "another out_dir")
+    mentions(error_of(train.main, [*argv, "--max_iters=4", "--init_from=resume"]), str(out),
+             "pystdlib", "char, 62 tokens", "char, 8 tokens", "restore the pystdlib",
+             "another out_dir")
 
 
-def test_only_process_0_makes_pystdlib_and_the_run_makes_no_other_dataset(data_dir, tmp_path, monkeypatch):
-    """load_dataset after the checks, pystdlib missing: process 0 makes it; another process never does (it
-    waits at the barrier; here, without torchrun, it finds none); made meanwhile (by another run), it is not
-    made again; and no process makes another dataset."""
+def test_only_process_0_makes_pystdlib_and_the_run_makes_no_other_dataset(data_dir, tmp_path,
+                                                                          monkeypatch):
+    """load_dataset after the checks, pystdlib missing: process 0 makes it; another process never
+    does (it waits at the barrier; here, without torchrun, it finds none); made meanwhile (by
+    another run), it is not made again; and no process makes another dataset."""
     made = []
-    monkeypatch.setattr(train.prepare_data, "prepare", lambda name, folder: made.append((name, folder)))
+    monkeypatch.setattr(train.prepare_data, "prepare",
+                        lambda name, folder: made.append((name, folder)))
     cfg = types.SimpleNamespace(data_dir=str(tmp_path), dataset="pystdlib", block_size=32)
     assert train.load_dataset(cfg, False) == (None, None) and made == []
     assert train.load_dataset(cfg, True) == (None, None)  # the stand-in made nothing to load
@@ -328,16 +374,18 @@ def test_only_process_0_makes_pystdlib_and_the_run_makes_no_other_dataset(data_d
     shutil.copytree(data_dir / "tiny", tmp_path / "pystdlib")  # a stand-in build by another run
     assert train.load_dataset(cfg, True)[0] == load_meta(data_dir / "tiny") and len(made) == 1
     cfg.dataset = "tiny"
-    assert error_of(train.load_dataset, cfg, True).startswith(f"error: {tmp_path / 'tiny'} is not prepared")
+    assert error_of(train.load_dataset, cfg, True).startswith(
+        f"error: {tmp_path / 'tiny'} is not prepared")
     assert made == [("pystdlib", tmp_path / "pystdlib")]
 
 
 @pytest.mark.parametrize("poison, first", [("loss", 8), ("gradient", 8), ("loss", 1)])
-def test_a_nonfinite_loss_or_gradient_stops_the_run_and_keeps_the_last_good_checkpoint(data_dir, tmp_path, poison,
-                                                                                       first, monkeypatch, capsys):
+def test_a_nonfinite_loss_or_gradient_stops_the_run_and_keeps_the_last_good_checkpoint(
+        data_dir, tmp_path, poison, first, monkeypatch, capsys):
     forward, calls = GPT.forward, []
 
-    def poisoned(self, idx, targets=None, pos=0):  # from training step `first`: a NaN loss, or NaN gradients
+    # from training step `first`: a NaN loss, or NaN gradients
+    def poisoned(self, idx, targets=None, pos=0):
         logits, loss = forward(self, idx, targets, pos)  # under a finite loss
         calls.extend([1] if self.training else [])
         if len(calls) >= first and self.training:
@@ -351,7 +399,8 @@ def test_a_nonfinite_loss_or_gradient_stops_the_run_and_keeps_the_last_good_chec
     with pytest.raises(SystemExit) as error:
         run(data_dir, tmp_path, "--max_iters=20")
     assert error.value.code == 3
-    loss = "nan" if poison == "loss" else r"\d+\.\d+"  # the loss itself is finite when the gradients are not
+    # the loss itself is finite when the gradients are not
+    loss = "nan" if poison == "loss" else r"\d+\.\d+"
     good = f"{tmp_path}/ckpt.pt (step 5)" if first > 5 else "none was saved"
     line = capsys.readouterr().err.splitlines()[-1]
     assert line.startswith("error: ") and re.search(rf"\bloss {loss}\b", line), line
@@ -361,13 +410,14 @@ def test_a_nonfinite_loss_or_gradient_stops_the_run_and_keeps_the_last_good_chec
         assert ckpt["iter_num"] == 5 and all(t.isfinite().all() for t in ckpt["model"].values())
     else:
         assert not (tmp_path / "ckpt.pt").exists()
-    assert events(tmp_path)[-1] == dict(events(tmp_path)[-1], event="end", status="diverged", iter=first - 1)
+    assert events(tmp_path)[-1] == dict(events(tmp_path)[-1], event="end", status="diverged",
+                                        iter=first - 1)
 
 
 def test_the_checks_only_train_py_makes_are_whole_lines(data_dir, tmp_path, monkeypatch):
-    """One line each, with the words that matter: what fsdp cannot serve, GPT-2 weights on another tokenizer,
-    a split shorter than a sequence, GPT-2 weights that do not load, and running out of memory, naming its
-    levers."""
+    """One line each, with the words that matter: what fsdp cannot serve, GPT-2 weights on another
+    tokenizer, a split shorter than a sequence, GPT-2 weights that do not load, and running out of
+    memory, naming its levers."""
     argv = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TRAIN_TINY]
     message = error_of(train.configure, [*argv, "--parallel=fsdp", "--log_layer_stats=True"])
     mentions(message, "log_layer_stats", "whole model", "parallel='ddp'")
@@ -375,16 +425,18 @@ def test_the_checks_only_train_py_makes_are_whole_lines(data_dir, tmp_path, monk
     mentions(message, "parallel='fsdp'", "cuda or cpu", "'meta'")
     message = error_of(train.configure, [*argv, "--parallel=fsdp", "--norm_mode=ngpt"])
     mentions(message, "ngpt", "parallel='fsdp'", "not supported", "parallel='ddp'")
-    mentions(error_of(train.main, [*argv, "--init_from=gpt2"]), "init_from=gpt2", "GPT-2 BPE", "tiny", "char",
-             "prepare_data.py --tokenizer gpt2")
+    mentions(error_of(train.main, [*argv, "--init_from=gpt2"]), "init_from=gpt2", "GPT-2 BPE",
+             "tiny", "char", "prepare_data.py --tokenizer gpt2")
     tokens = load_meta(data_dir / "tiny")["tokens"]  # a split needs block_size + 1 tokens: x and y
     for split in ("val", "train"):
-        cfg = types.SimpleNamespace(data_dir=str(data_dir), dataset="tiny", block_size=tokens[split])
+        cfg = types.SimpleNamespace(data_dir=str(data_dir), dataset="tiny",
+                                    block_size=tokens[split])
         mentions(error_of(train.load_dataset, cfg), f"{split} shards", str(data_dir / "tiny"),
                  f"block_size={tokens[split]}", "lower it")
     cfg.block_size = tokens["val"] - 1
     data = train.load_dataset(cfg)[1]
-    assert [data[split][1].tolist() for split in ("train", "val")] == [[tokens["train"]], [tokens["val"]]]
+    assert [data[split][1].tolist() for split in ("train", "val")] == [[tokens["train"]],
+                                                                       [tokens["val"]]]
     assert data["vocab_size"] == load_meta(data_dir / "tiny")["vocab_size"]
 
     asked = []
@@ -392,44 +444,54 @@ def test_the_checks_only_train_py_makes_are_whole_lines(data_dir, tmp_path, monk
         asked.append(args)
         raise ValueError("transformers is not installed: pip install transformers")
     monkeypatch.setattr(train, "from_gpt2", from_gpt2)
-    cfg = types.SimpleNamespace(seed=1, parallel="ddp", init_from="gpt2-medium", block_size=32, dropout=0.1)
+    cfg = types.SimpleNamespace(seed=1, parallel="ddp", init_from="gpt2-medium", block_size=32,
+                                dropout=0.1)
     mentions(error_of(train.build_model, cfg, None, None, types.SimpleNamespace(device="cpu")),
-             "transformers is not installed", "pip install transformers")  # from_gpt2's reason, passed on
+             # from_gpt2's reason, passed on
+             "transformers is not installed", "pip install transformers")
     assert asked == [("gpt2-medium", 32, 0.1)]
 
     def oom(*args, **kwargs):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB\nsee the docs")
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB\n"
+                                     "see the docs")
     monkeypatch.setattr(train, "train_step", oom)
-    mentions(error_of(train.main, [*argv, "--max_iters=2"]), "out of memory on cpu", "OutOfMemoryError",
-             "Tried to allocate 20.00 GiB", "lower batch_size", "gradient_accumulation_steps",
-             "activation_checkpointing=True", "parallel='fsdp'")
+    mentions(error_of(train.main, [*argv, "--max_iters=2"]), "out of memory on cpu",
+             "OutOfMemoryError", "Tried to allocate 20.00 GiB", "lower batch_size",
+             "gradient_accumulation_steps", "activation_checkpointing=True", "parallel='fsdp'")
 
 
 def test_a_runs_lines_are_its_log_word_for_word(data_dir, tmp_path, capsys):
-    """The first line, the model and its run; each evaluation's line and each logged step's, from the numbers
-    logged; and the last line naming what comes next; out_dir's folders are made."""
+    """The first line, the model and its run; each evaluation's line and each logged step's, from
+    the numbers logged; and the last line naming what comes next; out_dir's folders are made."""
     out = tmp_path / "runs" / "six"
     run(data_dir, out, "--max_iters=6", "--log_interval=2")
     lines = capsys.readouterr().out.splitlines()
     params = checkpoint.load_model(str(out), "cpu")[0].get_num_params()
-    assert lines[0] == f"{params / 1e6:.2f}M parameters on cpu in float32, 128 tokens per step = 1 process x 1 " \
-                       "micro-batch x 4 x 32" and lines[1].startswith("memory per process, estimated: ")
+    assert (lines[0] == f"{params / 1e6:.2f}M parameters on cpu in float32, 128 tokens per step = "
+                        "1 process x 1 micro-batch x 4 x 32"
+            and lines[1].startswith("memory per process, estimated: "))
     said = [line for line in lines if line.startswith(("step ", "iter "))]
-    logged = [e for e in events(out) if e["event"] in ("eval", "train")]  # 0, 2, 4, 5, 6 and 6 again
+    # 0, 2, 4, 5, 6 and 6 again
+    logged = [e for e in events(out) if e["event"] in ("eval", "train")]
     assert [e["iter"] for e in logged] == [0, 2, 4, 5, 6, 6] and len(said) == len(logged)
-    for line, e in zip(said, logged):  # a training step's line goes on with its speed (measure.py's)
-        assert line == f"step {e['iter']}: train loss {e['train_loss']:.4f}, val loss {e['val_loss']:.4f}" if (
-            e["event"] == "eval") else line.startswith(f"iter {e['iter']}: loss {e['train_loss']:.4f}, "), line
-    assert lines[-1] == f"finished at step 6, checkpoint in {out}; sample from it: python sample.py --out_dir={out}"
+    # a training step's line goes on with its speed (measure.py's)
+    for line, e in zip(said, logged):
+        assert (line == f"step {e['iter']}: train loss {e['train_loss']:.4f}, "
+                        f"val loss {e['val_loss']:.4f}" if e["event"] == "eval"
+                else line.startswith(f"iter {e['iter']}: loss {e['train_loss']:.4f}, ")), line
+    assert lines[-1] == (f"finished at step 6, checkpoint in {out}; sample from it: "
+                         f"python sample.py --out_dir={out}")
 
 
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
 def test_sigterm_and_sigint_save_a_checkpoint_and_exit_cleanly(data_dir, tmp_path, name):
     with open(tmp_path / "stdout", "w") as stdout:  # a file: a full pipe would block the run
-        proc = subprocess.Popen(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TRAIN_TINY,
-                                        "--max_iters=100000"), stdout=stdout, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}",
+                                        *TRAIN_TINY, "--max_iters=100000"), stdout=stdout,
+                                stderr=subprocess.STDOUT)
         deadline = time.time() + 120
-        while not ((tmp_path / "log.jsonl").exists() and events(tmp_path, "train")):  # training has begun
+        # training has begun
+        while not ((tmp_path / "log.jsonl").exists() and events(tmp_path, "train")):
             assert proc.poll() is None and time.time() < deadline, (tmp_path / "stdout").read_text()
             time.sleep(0.2)
         proc.send_signal(getattr(signal, name))
@@ -444,12 +506,14 @@ def test_sigterm_and_sigint_save_a_checkpoint_and_exit_cleanly(data_dir, tmp_pat
 
 @pytest.mark.parametrize("apart", [0.05, 0.4])
 def test_three_sigints_stop_at_once_however_close_together(data_dir, tmp_path, apart):
-    """Ctrl-C three times, 50 ms or 0.4 s apart: stopped at once, or the first one's save done and the run
-    ended (Python shutting down when the others land); never a traceback or an 'Exception ignored', the
-    last checkpoint whole. (That three landing in one step count three: tests/test_devices.py.)"""
+    """Ctrl-C three times, 50 ms or 0.4 s apart: stopped at once, or the first one's save done and
+    the run ended (Python shutting down when the others land); never a traceback or an 'Exception
+    ignored', the last checkpoint whole. (That three landing in one step count three:
+    tests/test_devices.py.)"""
     with open(tmp_path / "stdout", "w") as stdout:
-        proc = subprocess.Popen(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TRAIN_TINY,
-                                        "--max_iters=100000", "--n_layer=6"), stdout=stdout, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}",
+                                        *TRAIN_TINY, "--max_iters=100000", "--n_layer=6"),
+                                stdout=stdout, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while not ((tmp_path / "log.jsonl").exists() and events(tmp_path, "train")):
             assert proc.poll() is None and time.time() < deadline, (tmp_path / "stdout").read_text()
@@ -460,20 +524,25 @@ def test_three_sigints_stop_at_once_however_close_together(data_dir, tmp_path, a
         proc.wait(timeout=60)
     out = (tmp_path / "stdout").read_text()
     assert "Traceback" not in out and "Exception ignored" not in out, out
-    assert proc.returncode in (-signal.SIGINT, 0), out  # 0: the first SIGINT's save and exit came first
+    # 0: the first SIGINT's save and exit came first
+    assert proc.returncode in (-signal.SIGINT, 0), out
     stopped_at_once = "SIGINT three times: stopping now, without a checkpoint" in out
-    assert stopped_at_once or events(tmp_path)[-1]["status"] == "interrupted", out  # else saved, then ended
+    # else saved, then ended
+    assert stopped_at_once or events(tmp_path)[-1]["status"] == "interrupted", out
     if (tmp_path / "ckpt.pt").exists():
         checkpoint.load_checkpoint(str(tmp_path))  # verified whole
 
 
 @pytest.mark.parametrize("always, saved_at", [(True, [5, 10, 15, 20]), (False, [5, 15, 20])])
-def test_without_always_save_checkpoint_only_a_better_val_loss_is_saved(data_dir, tmp_path, monkeypatch,
-                                                                         always, saved_at):
-    """Val losses 4, 3, 3.5, 2.5, 2.8 at steps 0, 5, .., 20: improved at 5 and 15; the end (20) is saved anyway."""
+def test_without_always_save_checkpoint_only_a_better_val_loss_is_saved(data_dir, tmp_path,
+                                                                        monkeypatch, always,
+                                                                        saved_at):
+    """Val losses 4, 3, 3.5, 2.5, 2.8 at steps 0, 5, .., 20: improved at 5 and 15; the end (20) is
+    saved anyway."""
     val_losses, save, saved = iter([4.0, 3.0, 3.5, 2.5, 2.8]), torch.save, []
     monkeypatch.setattr(train, "evaluate", lambda *args, **kwargs: [5.0, next(val_losses)])
-    monkeypatch.setattr(torch, "save", lambda obj, f, **kw: saved.append(obj["iter_num"]) or save(obj, f, **kw))
+    monkeypatch.setattr(torch, "save",
+                        lambda obj, f, **kw: saved.append(obj["iter_num"]) or save(obj, f, **kw))
     run(data_dir, tmp_path, "--max_iters=20", f"--always_save_checkpoint={always}")
     assert saved == saved_at
     assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["best_val_loss"] == 2.5
@@ -496,24 +565,27 @@ def global_norm(grads):
 
 
 def test_gradient_clipping_scales_the_gradient_the_optimizer_steps_with(data_dir, tmp_path):
-    """grad_clip=0 steps with the raw gradient, whose norm is logged; grad_clip=c with the raw gradient
-    scaled to norm c whenever its norm exceeds c (the same first step: same weights, same batch)."""
+    """grad_clip=0 steps with the raw gradient, whose norm is logged; grad_clip=c with the raw
+    gradient scaled to norm c whenever its norm exceeds c (the same first step: same weights, same
+    batch)."""
     with optimizer_gradients() as raw:
         run(data_dir, tmp_path / "raw", "--max_iters=3", "--grad_clip=0")
     with optimizer_gradients() as clipped:
         run(data_dir, tmp_path / "clipped", "--max_iters=3", "--grad_clip=0.05")
-    norms, clipped_norms = ([e["grad_norm"] for e in events(tmp_path / d, "train")] for d in ("raw", "clipped"))
+    norms, clipped_norms = ([e["grad_norm"] for e in events(tmp_path / d, "train")]
+                            for d in ("raw", "clipped"))
     assert [global_norm(g) for g in raw] == pytest.approx(norms, rel=1e-5)
-    assert [global_norm(g) for g in clipped] == pytest.approx([min(n, 0.05) for n in clipped_norms], rel=1e-5)
+    assert [global_norm(g) for g in clipped] == pytest.approx([min(n, 0.05) for n in clipped_norms],
+                                                              rel=1e-5)
     assert norms[0] == clipped_norms[0] > 0.05
     for raw_grad, clipped_grad in zip(raw[0], clipped[0]):
         torch.testing.assert_close(clipped_grad, raw_grad * 0.05 / norms[0])
 
 
 def test_gpas_gate_clip_scales_the_gates_gradient_alone_after_the_global_clip(data_dir, tmp_path):
-    """GPAS's authors' --clip_gate_grad: the optimizer steps with what grad_clip leaves, but the gates'
-    part scaled to norm c where it exceeds c, every other gradient as it was (the same first step: same
-    weights, same batch). A c above every norm steps exactly as none."""
+    """GPAS's authors' --clip_gate_grad: the optimizer steps with what grad_clip leaves, but the
+    gates' part scaled to norm c where it exceeds c, every other gradient as it was (the same first
+    step: same weights, same batch). A c above every norm steps exactly as none."""
     args = ("--max_iters=3", "--gpas=True", "--grad_clip=0.05")
     grads = {}
     for name, clip in (("none", "0"), ("tight", "1e-7"), ("loose", "1e9")):
@@ -533,7 +605,8 @@ def test_gpas_gate_clip_scales_the_gates_gradient_alone_after_the_global_clip(da
     assert losses(tmp_path / "loose") == losses(tmp_path / "none") != losses(tmp_path / "tight")
 
 
-def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_loadable(data_dir, tmp_path, monkeypatch):
+def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_loadable(data_dir, tmp_path,
+                                                                             monkeypatch):
     run(data_dir, tmp_path, "--max_iters=5")
 
     def crash(obj, f, *args, **kwargs):  # half a file, then the disk is full
@@ -551,7 +624,8 @@ def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_loadable(dat
 
 def test_a_checkpoint_from_a_compiled_model_loads(data_dir, tmp_path, monkeypatch):
     compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda model: compile(model, backend="eager"))  # no C++ toolchain
+    # no C++ toolchain
+    monkeypatch.setattr(torch, "compile", lambda model: compile(model, backend="eager"))
     run(data_dir, tmp_path, "--max_iters=3", "--compile=True")
     ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert not [k for k in ckpt["model"] if "_orig_mod" in k or k.startswith("module.")]
@@ -564,7 +638,8 @@ def test_a_checkpoint_from_a_compiled_model_loads(data_dir, tmp_path, monkeypatc
 
 
 def test_layer_stats_measure_each_block(data_dir, tmp_path):
-    """At each evaluation, on its first val batch, of the model as evaluated (the checkpoint saved then)."""
+    """At each evaluation, on its first val batch, of the model as evaluated (the checkpoint saved
+    then)."""
     run(data_dir, tmp_path, "--max_iters=5", "--norm_mode=geonorm", "--log_layer_stats=True")
     stats = events(tmp_path, "layer_stats")
     assert [s["iter"] for s in stats] == [0, 5]
@@ -573,23 +648,27 @@ def test_layer_stats_measure_each_block(data_dir, tmp_path):
         assert s["resid_rms"] == pytest.approx([1.0, 1.0], abs=1e-4)  # geonorm keeps |x| = sqrt(d)
         assert all(0 < a < math.pi for a in s["angle"]) and all(g > 0 for g in s["grad_norm"])
     cfg, _ = train.configure([f"--data_dir={data_dir}", *TRAIN_TINY])
-    x, y = get_batch(train.load_dataset(cfg)[1]["val"], np.random.default_rng((cfg.seed, 1, 1, 0)), cfg, "cpu")
-    again = measure.layer_stats(checkpoint.load_model(str(tmp_path), "cpu")[0], x, y, contextlib.nullcontext())
-    assert {k: pytest.approx(v, rel=1e-5) for k, v in again.items()} == {k: stats[1][k] for k in again}
+    x, y = get_batch(train.load_dataset(cfg)[1]["val"], np.random.default_rng((cfg.seed, 1, 1, 0)),
+                     cfg, "cpu")
+    again = measure.layer_stats(checkpoint.load_model(str(tmp_path), "cpu")[0], x, y,
+                                contextlib.nullcontext())
+    assert ({k: pytest.approx(v, rel=1e-5) for k, v in again.items()}
+            == {k: stats[1][k] for k in again})
 
 
 @pytest.mark.parametrize("schedule", ["cosine", "wsd"])
 def test_warmup_runs_step_s_at_lr_times_s_plus_1_over_warmup_plus_1(schedule):
-    """nanoGPT's warmup: step 0 at lr/(W+1), not 0 (a wasted step), the last warmup step at lr·W/(W+1),
-    step W at lr."""
-    cfg = types.SimpleNamespace(learning_rate=1.0, min_lr=0.1, warmup_iters=4, max_iters=100, lr_decay_iters=None,
-                                lr_schedule=schedule, wsd_decay_frac=0.2)
-    assert [train.get_lr(step, cfg) for step in range(5)] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
+    """nanoGPT's warmup: step 0 at lr/(W+1), not 0 (a wasted step), the last warmup step at
+    lr·W/(W+1), step W at lr."""
+    cfg = types.SimpleNamespace(learning_rate=1.0, min_lr=0.1, warmup_iters=4, max_iters=100,
+                                lr_decay_iters=None, lr_schedule=schedule, wsd_decay_frac=0.2)
+    assert ([train.get_lr(step, cfg) for step in range(5)]
+            == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0]))
 
 
 def test_lr_schedules_warm_up_then_decay_to_min_lr():
-    cfg = types.SimpleNamespace(learning_rate=1.0, min_lr=0.1, warmup_iters=10, max_iters=110, lr_decay_iters=None,
-                                lr_schedule="cosine", wsd_decay_frac=0.2)
+    cfg = types.SimpleNamespace(learning_rate=1.0, min_lr=0.1, warmup_iters=10, max_iters=110,
+                                lr_decay_iters=None, lr_schedule="cosine", wsd_decay_frac=0.2)
     lrs = [train.get_lr(step, cfg) for step in range(120)]
     assert lrs[0] < lrs[5] < lrs[9] < 1.0 and lrs[10] == 1.0 and lrs[60] == pytest.approx(0.55)
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:])) and lrs[110:] == [0.1] * 10
@@ -604,7 +683,8 @@ def test_every_model_knob_is_a_setting_and_help_lists_them_all(capsys):
     with pytest.raises(SystemExit) as done:
         train.configure(["--help"])
     assert done.value.code == 0
-    listed = dict((name, (value, comment)) for name, value, comment in  # name = default  # what it does
+    # name = default  # what it does
+    listed = dict((name, (value, comment)) for name, value, comment in
                   re.findall(r"^(\w+)\b.*? = (.*?)  # (.+)$", capsys.readouterr().out, re.M))
     assert listed.keys() == settings.keys()
     for name, (default, _) in settings.items():
@@ -613,65 +693,79 @@ def test_every_model_knob_is_a_setting_and_help_lists_them_all(capsys):
 
 def test_the_125m_configs_differ_only_in_norm_mode_and_simplenorm_lr():
     modes = ["post", "pre", "deep", "sandwich", "geonorm", "simplenorm"]
-    cfgs = {m: vars(train.configure([os.path.join(ROOT, "configs", f"{m}_125m.py")])[0]) for m in modes}
+    cfgs = {m: vars(train.configure([os.path.join(ROOT, "configs", f"{m}_125m.py")])[0])
+            for m in modes}
     assert {m: c["norm_mode"] for m, c in cfgs.items()} == {m: m for m in modes}
     for m, c in cfgs.items():
         differ = {k for k in c if c[k] != cfgs["pre"][k]}
-        assert differ <= {"norm_mode", "out_dir"} | ({"learning_rate", "min_lr"} if m == "simplenorm" else set()), m
+        assert differ <= {"norm_mode", "out_dir"} | ({"learning_rate", "min_lr"}
+                                                     if m == "simplenorm" else set()), m
     pre = types.SimpleNamespace(**cfgs["pre"])
-    assert (pre.n_layer, pre.n_head, pre.n_embd, pre.block_size, pre.max_iters) == (12, 12, 768, 512, 50_000)
-    assert [devices.accumulation_steps(pre, world) for world in (8, 4, 1)] == [1, 2, 8]  # 131,072 tokens
+    assert ((pre.n_layer, pre.n_head, pre.n_embd, pre.block_size, pre.max_iters)
+            == (12, 12, 768, 512, 50_000))
+    # 131,072 tokens
+    assert [devices.accumulation_steps(pre, world) for world in (8, 4, 1)] == [1, 2, 8]
     assert (cfgs["simplenorm"]["learning_rate"], cfgs["simplenorm"]["min_lr"]) == (1.8e-3, 1.8e-4)
 
 
 def test_the_llama_1b_configs_are_simplegpts_settings_and_differ_only_in_norm_mode():
-    names = {"pre_qknorm": ("pre", True), "pre": ("pre", False), "simplenorm": ("simplenorm", False),
-             "geonorm": ("geonorm", False)}
-    cfgs = {n: vars(train.configure([os.path.join(ROOT, "configs", f"llama_{n}_1b.py")])[0]) for n in names}
+    names = {"pre_qknorm": ("pre", True), "pre": ("pre", False),
+             "simplenorm": ("simplenorm", False), "geonorm": ("geonorm", False)}
+    cfgs = {n: vars(train.configure([os.path.join(ROOT, "configs", f"llama_{n}_1b.py")])[0])
+            for n in names}
     for n, c in cfgs.items():
         assert (c["norm_mode"], c["qk_norm"]) == names[n]
         assert {k for k in c if c[k] != cfgs["pre"][k]} <= {"norm_mode", "qk_norm", "out_dir"}, n
     c = types.SimpleNamespace(**cfgs["pre"])
     assert (c.arch, c.n_embd, c.n_layer, c.n_head, c.block_size) == ("llama", 2048, 18, 16, 512)
     assert (c.learning_rate, c.weight_decay, c.beta2, c.grad_clip) == (2e-3, 0.1, 0.95, 1.0)
-    lrs = [train.get_lr(step, c) for step in (0, 1999, 2000, 101_000, 200_000)]  # warmup, then linear to 0
+    # warmup, then linear to 0
+    lrs = [train.get_lr(step, c) for step in (0, 1999, 2000, 101_000, 200_000)]
     assert lrs == pytest.approx([2e-3 / 2001, 2e-3 * 2000 / 2001, 2e-3, 1e-3, 0.0])
-    assert devices.accumulation_steps(c, 8) == 2  # 16 sequences of 512 per GPU, 2 micro-batches, 8 GPUs
+    # 16 sequences of 512 per GPU, 2 micro-batches, 8 GPUs
+    assert devices.accumulation_steps(c, 8) == 2
 
 
 def closed_form_lr(step, lr, min_lr, warmup, end, schedule, frac):
-    """The schedule as the settings' comments describe it, in exact arithmetic: warmup step s at lr·(s+1)/(W+1);
-    then cosine from lr at step W to min_lr at step end, or wsd: lr until the last frac of end, then a straight
-    line to min_lr at end; min_lr from end on."""
+    """The schedule as the settings' comments describe it, in exact arithmetic: warmup step s at
+    lr·(s+1)/(W+1); then cosine from lr at step W to min_lr at step end, or wsd: lr until the last
+    frac of end, then a straight line to min_lr at end; min_lr from end on."""
     from fractions import Fraction
     if step < warmup:
         return lr * (step + 1) / (warmup + 1)
     if step >= end:
         return min_lr
     if schedule == "cosine":
-        return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * (step - warmup) / (end - warmup))) / 2
+        return min_lr + (lr - min_lr) * (
+            1 + math.cos(math.pi * (step - warmup) / (end - warmup))) / 2
     start = max(Fraction(warmup), end * (1 - Fraction(frac)))
     return lr if step <= start else float(lr - (lr - min_lr) * (step - start) / (end - start))
 
 
-LR_CASES = [  # (schedule, warmup_iters, max_iters, lr_decay_iters, min_lr, wsd_decay_frac): none the defaults
+# (schedule, warmup_iters, max_iters, lr_decay_iters, min_lr, wsd_decay_frac): none the defaults
+LR_CASES = [
     (schedule, *case) for schedule in ("cosine", "wsd") for case in [
-        (7, 90, None, 0.05, 0.25), (0, 64, None, 0.0, 0.5), (3, 200, 120, 0.3, 0.125), (5, 80, 150, 0.02, 0.25),
-        (0, 50, 30, 0.1, 1.0), (10, 40, 40, 0.2, 0.0), (1, 33, None, 0.4, 0.75),
+        (7, 90, None, 0.05, 0.25), (0, 64, None, 0.0, 0.5), (3, 200, 120, 0.3, 0.125),
+        (5, 80, 150, 0.02, 0.25), (0, 50, 30, 0.1, 1.0), (10, 40, 40, 0.2, 0.0),
+        (1, 33, None, 0.4, 0.75),
         (6, 20, 6, 0.1, 0.5)]]  # the decay ends as warmup does: min_lr at once
 
 
 @pytest.mark.parametrize("schedule, warmup, max_iters, decay_iters, min_lr, frac", LR_CASES)
-def test_the_lr_of_every_step_is_the_schedules_closed_form(schedule, warmup, max_iters, decay_iters, min_lr, frac):
-    """get_lr for both schedules under non-default settings, step by step: step 0 at lr/(W+1) (lr itself without
-    warmup), step W at lr, non-increasing after warmup, exactly min_lr at lr_decay_iters (max_iters when None,
-    which then plays no part) and after it; wsd's plateau ends at the last wsd_decay_frac of lr_decay_iters."""
+def test_the_lr_of_every_step_is_the_schedules_closed_form(schedule, warmup, max_iters, decay_iters,
+                                                           min_lr, frac):
+    """get_lr for both schedules under non-default settings, step by step: step 0 at lr/(W+1) (lr
+    itself without warmup), step W at lr, non-increasing after warmup, exactly min_lr at
+    lr_decay_iters (max_iters when None, which then plays no part) and after it; wsd's plateau ends
+    at the last wsd_decay_frac of lr_decay_iters."""
     lr, end = 2.5, max_iters if decay_iters is None else decay_iters
-    cfg = types.SimpleNamespace(learning_rate=lr, min_lr=min_lr, warmup_iters=warmup, max_iters=max_iters,
-                                lr_decay_iters=decay_iters, lr_schedule=schedule, wsd_decay_frac=frac)
+    cfg = types.SimpleNamespace(learning_rate=lr, min_lr=min_lr, warmup_iters=warmup,
+                                max_iters=max_iters, lr_decay_iters=decay_iters,
+                                lr_schedule=schedule, wsd_decay_frac=frac)
     steps = range(max(max_iters, end) + 20)
     lrs = [train.get_lr(step, cfg) for step in steps]
-    assert lrs == pytest.approx([closed_form_lr(s, lr, min_lr, warmup, end, schedule, frac) for s in steps],
+    assert lrs == pytest.approx([closed_form_lr(s, lr, min_lr, warmup, end, schedule, frac)
+                                 for s in steps],
                                 rel=1e-12, abs=1e-15)
     assert lrs[0] == pytest.approx(lr / (warmup + 1), rel=1e-12)
     assert lrs[warmup] == (lr if warmup < end else min_lr)  # warmup's end reaches the peak exactly
