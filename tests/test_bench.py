@@ -218,8 +218,7 @@ def test_the_presets_are_rows_of_their_own_measured_as_the_settings_they_name():
     assert not bench.Runner("sandwich", cfg, args.vocab_size, False).model.config.embed_norm
 
 
-def test_ngpts_step_includes_its_projection_and_every_entry_compiles_without_falling_back_to_eager(
-):
+def test_ngpts_step_includes_its_projection_and_every_entry_compiles_with_no_eager_fallback():
     """The timed step of ngpt ends with GPT.normalize_weights, as train.py's does; dynamo may
     compile GPT.forward once per entry in each pass (its default, 8, would leave the rest eager)."""
     args, _, cfg = bench.parse([*TINY, "--modes=ngpt"])

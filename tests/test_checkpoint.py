@@ -385,7 +385,7 @@ def test_a_whole_checkpoint_keys_adams_state_by_parameter_name_as_a_sharded_one_
     assert sorted(state) == sorted(name for name, _ in model.named_parameters())
 
 
-def test_each_save_replaces_the_last_of_either_kind_and_records_the_checksums_of_the_file_it_replaces(tmp_path):
+def test_each_save_replaces_the_last_of_either_kind_and_records_the_replaced_files_sums(tmp_path):
     model, optimizer = tiny_run()
     save(tmp_path, model, optimizer, 10, sharded=False)
     first = json.loads((tmp_path / "ckpt.pt.crc32.json").read_text())

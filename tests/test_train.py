@@ -691,6 +691,30 @@ def test_every_model_knob_is_a_setting_and_help_lists_them_all(capsys):
         assert ast.literal_eval(listed[name][0]) == default, name
 
 
+def test_a_model_setting_is_described_once_in_model_py_and_help_shows_that():
+    """One home for a model setting's description: its GPTConfig field's comment (the lines just
+    above the field, then the one on its line); train.py's line for it has none of its own, and
+    --help (train.py's, ablate.py's, bench.py's) shows model.py's."""
+    notes = configurator.model_notes()
+    fields = [f.name for f in dataclasses.fields(GPTConfig)]
+    assert list(notes) == fields and all(notes.values())
+    assert notes["n_layer"] == "blocks"  # on its line
+    assert notes["block_size"] == "tokens per sequence: the model's context length"  # not the header's
+    assert notes["tie_embeddings"].startswith("the head is the token embedding E; None:")  # above it
+    assert notes["arch"].startswith("the block family (§11):")  # two lines above it, joined
+    assert notes["arch"].endswith("or llama (rotary, SwiGLU, RMSNorm)")
+    block = configurator.settings_block(train.__file__).splitlines()
+    shown = configurator.settings_help(train.__file__).splitlines()
+    for field in (f for f in fields if f != "vocab_size"):  # vocab_size: the dataset's
+        at = next(i for i, line in enumerate(block) if line.split(" ")[0].rstrip(":") == field)
+        assert "#" not in block[at], f"{field}: its description lives in model.py"
+        assert shown[at] == f"{block[at]}  # {notes[field]}"
+    assert [line for line in shown if line.startswith("learning_rate")] == [
+        "learning_rate = 1e-3  # peak learning rate"]  # train.py's own, as written
+    only = configurator.settings_help(train.__file__, {"n_layer", "learning_rate"}).splitlines()
+    assert only == ["n_layer = 4  # blocks", "learning_rate = 1e-3  # peak learning rate"]
+
+
 def test_the_125m_configs_differ_only_in_norm_mode_and_simplenorm_lr():
     modes = ["post", "pre", "deep", "sandwich", "geonorm", "simplenorm"]
     cfgs = {m: vars(train.configure([os.path.join(ROOT, "configs", f"{m}_125m.py")])[0])
