@@ -1,5 +1,5 @@
-"""The data every script reads: token shards, meta.json, tokenizers, batches, how a file is written, and how a
-script ends (Ctrl-C, --help into a closed pipe).
+"""The data every script reads: token shards, meta.json, tokenizers, batches, how a file is written,
+and how a script ends (Ctrl-C, --help into a closed pipe).
 
 A shard is llm.c / modded-nanogpt's format: a 256 x int32 header (magic 20240520, version 1,
 token count), then the tokens as uint16. meta.json, written last by prepare_data.py, marks a folder
@@ -21,22 +21,27 @@ import numpy as np
 
 MAGIC, VERSION, HEADER_BYTES = 20240520, 1, 1024
 DATASETS = {  # name: (default tokenizer, one line for prepare_data.py --help)
-    "shakespeare_char": ("char", "tiny Shakespeare by characters (nanoGPT's classic): --input FILE or downloaded"),
+    "shakespeare_char": ("char", "tiny Shakespeare by characters (nanoGPT's classic): --input FILE "
+                                 "or downloaded"),
     "shakespeare": ("gpt2", "tiny Shakespeare, GPT-2 BPE: --input FILE or downloaded"),
-    "pystdlib": ("char", "this Python's standard library sources, tests left out: offline, the default corpus"),
+    "pystdlib": ("char", "this Python's standard library sources, tests left out: offline, "
+                         "the default corpus"),
     "fineweb_edu": ("gpt2", "HuggingFaceFW/fineweb-edu sample-10BT streamed from the hub; "
                             "cap it with --num_tokens"),
     "openwebtext": ("gpt2", "Skylion007/openwebtext (nanoGPT's) streamed from the hub"),
-    "text": ("gpt2", "local --input files or globs: .txt (a document per file), .jsonl, .json, .parquet"),
-    "shards": ("gpt2", "existing GPT-2 shards, e.g. modded-nanogpt's FineWeb (--input 'dir/*.bin'): "
-                       "indexed in place"),
+    "text": ("gpt2", "local --input files or globs: .txt (a document per file), .jsonl, .json, "
+                     ".parquet"),
+    "shards": ("gpt2", "existing GPT-2 shards, e.g. modded-nanogpt's FineWeb "
+                       "(--input 'dir/*.bin'): indexed in place"),
 }
-GPT2_META = dict(tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None)  # OpenAI's GPT-2's tokens
+# OpenAI's GPT-2's tokens
+GPT2_META = dict(tokenizer="gpt2", vocab_size=50257, eot_token=50256, chars=None)
 
 
 def first_line(e):
-    """An exception as one line: its type and the first line of its message, and the line after it where the
-    first ends in a colon (torch's load_state_dict: "Error(s) in loading state_dict for GPT:", then the keys)."""
+    """An exception as one line: its type and the first line of its message, and the line after it
+    where the first ends in a colon (torch's load_state_dict: "Error(s) in loading state_dict for
+    GPT:", then the keys)."""
     lines = [line.strip() for line in str(e).splitlines() if line.strip()] or ["-"]
     return f"{type(e).__name__}: {' '.join(lines[:2] if lines[0].endswith(':') else lines[:1])}"
 
@@ -56,51 +61,59 @@ def print_help(text):
 
 
 def stdout_to_devnull():
-    """stdout, whose reader closed it, made /dev/null: what is left to print, and the exit's flush, fail no more."""
+    """stdout, whose reader closed it, made /dev/null: what is left to print, and the exit's flush,
+    fail no more."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def run_cli(main):
-    """A script's entry point: main(sys.argv[1:]). A Ctrl-C ends it in one line on stderr and
-    exit status 130 (128 + SIGINT, as a shell reports it): 'interrupted: ' and what the KeyboardInterrupt says,
-    so a script that knows what it kept raises KeyboardInterrupt("kept ...: the same command resumes"). A reader
-    of its output that stops reading (`python sample.py | head`) ends it too: one line, exit status 141 (128 +
-    SIGPIPE, as a shell reports a tool that the closed pipe ended)."""
+    """A script's entry point: main(sys.argv[1:]). A Ctrl-C ends it in one line on stderr and exit
+    status 130 (128 + SIGINT, as a shell reports it): 'interrupted: ' and what the KeyboardInterrupt
+    says, so a script that knows what it kept raises KeyboardInterrupt("kept ...: the same command
+    resumes"). A reader of its output that stops reading (`python sample.py | head`) ends it too:
+    one line, exit status 141 (128 + SIGPIPE, as a shell reports a tool that the closed pipe
+    ended)."""
     try:
         main(sys.argv[1:])
     except KeyboardInterrupt as e:
-        print(f"interrupted: {str(e) or 'stopped before the end; files are written whole or not at all'}",
+        print(f"interrupted: "
+              f"{str(e) or 'stopped before the end; files are written whole or not at all'}",
               file=sys.stderr, flush=True)
         sys.exit(130)
     except BrokenPipeError:
         stdout_to_devnull()
-        print("stopped: the reader of its output closed it; files are written whole or not at all", file=sys.stderr)
+        print("stopped: the reader of its output closed it; files are written whole or not at all",
+              file=sys.stderr)
         sys.exit(141)
-    finally:  # done: a Ctrl-C while Python shuts down ends it by SIGINT's own action, not a traceback
+    # done: a Ctrl-C while Python shuts down ends it by SIGINT's own action, not a traceback
+    finally:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 # ----------------------------------------------------------------------------- writing files
 
 def check_out_dir(path, setting):
-    """Exit in one line naming setting (e.g. --out) unless path is a folder, or can be made as one, in a
-    folder this process may write in: checked before anything is written. Refused: empty, a file or under
-    one, a symlink loop or a link to nothing, no permission, a pseudo-filesystem (/proc, /sys)."""
+    """Exit in one line naming setting (e.g. --out) unless path is a folder, or can be made as one,
+    in a folder this process may write in: checked before anything is written. Refused: empty, a
+    file or under one, a symlink loop or a link to nothing, no permission, a pseudo-filesystem
+    (/proc, /sys)."""
     existing = nearest_entry(path, setting)
     path = pathlib.Path(path)
     if not existing.is_dir():
         where = "is" if existing == path else f"is under {existing}, which is"
-        raise SystemExit(f"error: {setting} {path} {where} a file, not a folder; choose a folder (made if missing)")
+        raise SystemExit(f"error: {setting} {path} {where} a file, not a folder; choose a folder "
+                         f"(made if missing)")
     try:  # os.access says yes to root anywhere, and /proc takes no new folder: try one
         tempfile.TemporaryDirectory(dir=existing, prefix=".normgpt-check-").cleanup()
     except OSError as e:
-        raise SystemExit(f"error: {setting} {path}: cannot write in {existing} ({e.strerror}); choose a "
-                         "folder you can write in")
+        raise SystemExit(
+            f"error: {setting} {path}: cannot write in {existing} ({e.strerror}); choose a "
+            "folder you can write in")
 
 
 def nearest_entry(path, setting):
-    """path, or the nearest of its parents that exists; an empty path, a symlink loop or a link to nothing on
-    the way is a one-line error naming setting."""
+    """path, or the nearest of its parents that exists; an empty path, a symlink loop or a link to
+    nothing on the way is a one-line error naming setting."""
     if not str(path).strip():
         raise SystemExit(f"error: {setting} is empty: name a folder")
     path = pathlib.Path(path)
@@ -119,7 +132,8 @@ def nearest_entry(path, setting):
 
 
 def atomic_write(path, *chunks):
-    """Write to a temporary name in the same folder, fsync, then rename: no reader sees half a file."""
+    """Write to a temporary name in the same folder, fsync, then rename: no reader sees half a
+    file."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         for chunk in chunks:
@@ -135,16 +149,17 @@ def write_json(path, obj):
 
 @contextlib.contextmanager
 def locked_folder(folder, setting):
-    """Make folder and hold its lock: another process writing it waits its turn. A POSIX lock (lockf) is released
-    when its process dies, even by kill -9, is not inherited by forked workers, and holds over NFS. The lock
-    file stays: a process waiting on a removed one would hold it alone. setting (e.g. --out) chose folder."""
+    """Make folder and hold its lock: another process writing it waits its turn. A POSIX lock
+    (lockf) is released when its process dies, even by kill -9, is not inherited by forked workers,
+    and holds over NFS. The lock file stays: a process waiting on a removed one would hold it alone.
+    setting (e.g. --out) chose folder."""
     folder = pathlib.Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         lock = open(folder / ".lock", "a")
     except OSError as e:  # e.g. under /proc, which check_out_dir cannot tell
-        raise SystemExit(f"error: {setting} {folder}: cannot write there ({e.strerror}); choose a folder you can "
-                         "write in")
+        raise SystemExit(f"error: {setting} {folder}: cannot write there ({e.strerror}); "
+                         "choose a folder you can write in")
     with lock:
         try:
             fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -160,7 +175,8 @@ def write_shard(path, tokens):
     """Write tokens as one shard, atomically; returns the file's sha256 for meta.json."""
     tokens = np.asarray(tokens)
     if tokens.size and (tokens.min() < 0 or tokens.max() >= 2**16):
-        raise SystemExit(f"error: token ids {tokens.min()}..{tokens.max()} do not fit a uint16 shard (0..65535); "
+        raise SystemExit(f"error: token ids {tokens.min()}..{tokens.max()} do not fit a uint16 "
+                         f"shard (0..65535); "
                          "use a tokenizer with a smaller vocabulary")
     tokens = np.ascontiguousarray(tokens, dtype=np.uint16)
     header = np.zeros(HEADER_BYTES // 4, np.int32)
@@ -194,9 +210,10 @@ def read_shard(path):
 
 
 def get_batch(shards, rng, cfg, device, vocab_size=None):
-    """batch_size windows of a split's shards (paths, token counts) at positions drawn by rng: inputs x
-    and their next tokens y, both (B, T), on device. Given vocab_size, a token id outside it is a one-line
-    error naming its shard (checked per batch: a shard's tokens are never all read at once)."""
+    """batch_size windows of a split's shards (paths, token counts) at positions drawn by rng:
+    inputs x and their next tokens y, both (B, T), on device. Given vocab_size, a token id outside
+    it is a one-line error naming its shard (checked per batch: a shard's tokens are never all read
+    at once)."""
     import torch  # here, not on top: preparing data needs no torch
     paths, counts = shards
     room = np.maximum(counts - cfg.block_size, 0)  # window starts in each shard
@@ -217,8 +234,8 @@ def get_batch(shards, rng, cfg, device, vocab_size=None):
 
 
 def check_token_ids(rows, paths, vocab_size):
-    """Exit in one line if a row of tokens, read from the shard at the same place in paths, holds an id
-    that the model's vocabulary has no row for (an embedding lookup would fail in 39 lines)."""
+    """Exit in one line if a row of tokens, read from the shard at the same place in paths, holds an
+    id that the model's vocabulary has no row for (an embedding lookup would fail in 39 lines)."""
     for row, path in zip(rows, paths):
         if row.max() >= vocab_size:
             raise SystemExit(f"error: {path} holds token id {row.max()}, outside the vocabulary of "
@@ -231,18 +248,21 @@ def _prepare_command(folder):
     folder = pathlib.Path(folder)
     if folder.name in DATASETS and folder == pathlib.Path("data", folder.name):
         return f"python prepare_data.py {folder.name}"
-    return f"python prepare_data.py {folder.name if folder.name in DATASETS else 'DATASET'} --out {folder}"
+    return (f"python prepare_data.py {folder.name if folder.name in DATASETS else 'DATASET'} "
+            f"--out {folder}")
 
 
 def load_meta(data_dir):
-    """meta.json of a prepared folder; without it the folder is missing or its build was interrupted. One
-    not of prepare_data.py's shape (a tokenizer, a vocabulary, shards per split) is a one-line error."""
+    """meta.json of a prepared folder; without it the folder is missing or its build was
+    interrupted. One not of prepare_data.py's shape (a tokenizer, a vocabulary, shards per split) is
+    a one-line error."""
     path = pathlib.Path(data_dir) / "meta.json"
     corrupt = f"error: {path} is corrupt ({{}}): run  {_prepare_command(data_dir)} --force"
     try:
         meta = json.loads(path.read_text())
     except FileNotFoundError:
-        raise SystemExit(f"error: {data_dir} is not prepared (no meta.json): run  {_prepare_command(data_dir)}")
+        raise SystemExit(f"error: {data_dir} is not prepared (no meta.json): run  "
+                         f"{_prepare_command(data_dir)}")
     except (ValueError, OSError) as e:  # not JSON, a folder, unreadable
         raise SystemExit(corrupt.format(first_line(e)))
     if why := meta_shape_error(meta):
@@ -259,7 +279,8 @@ def meta_shape_error(meta):
     if why := tokenizer_error(meta):
         return why
     shards = meta["shards"]
-    if not isinstance(shards, dict) or any(not isinstance(shards.get(s), list) for s in ("train", "val")):
+    if not isinstance(shards, dict) or any(not isinstance(shards.get(s), list)
+                                           for s in ("train", "val")):
         return "its shards are not a list per split, train and val"
     if not shards["train"] or not shards["val"]:
         return "a split without shards"
@@ -271,23 +292,24 @@ def meta_shape_error(meta):
 
 
 def tokenizer_error(meta):
-    """What makes meta's tokenizer not the one its shards were written with, or None: GPT-2's has its 50,257
-    tokens, a character table as many characters as vocab_size (an edited meta.json would train and sample
-    on another reading of the same ids)."""
+    """What makes meta's tokenizer not the one its shards were written with, or None: GPT-2's has
+    its 50,257 tokens, a character table as many characters as vocab_size (an edited meta.json would
+    train and sample on another reading of the same ids)."""
     tokenizer, vocab = meta["tokenizer"], meta["vocab_size"]
     if tokenizer == "gpt2" and vocab != GPT2_META["vocab_size"]:
         return f"tokenizer gpt2 with vocab_size {vocab!r}, not GPT-2's {GPT2_META['vocab_size']}"
     chars = meta.get("chars")
     if tokenizer == "char" and (not isinstance(chars, (str, list)) or len(chars) != vocab):
-        return f"tokenizer char with vocab_size {vocab!r} and {len(chars or '')} characters in its table"
+        return (f"tokenizer char with vocab_size {vocab!r} and {len(chars or '')} characters "
+                f"in its table")
     if tokenizer not in ("gpt2", "char"):
         return f"tokenizer {tokenizer!r}, neither gpt2 nor char"
     return None
 
 
 def padded_vocab(meta):
-    """The model's vocabulary for a tokenizer: GPT-2's 50257 tokens padded to 50304, since matmuls run
-    faster on multiples of 64; a character table as it is."""
+    """The model's vocabulary for a tokenizer: GPT-2's 50257 tokens padded to 50304, since matmuls
+    run faster on multiples of 64; a character table as it is."""
     vocab = meta["vocab_size"]
     return 64 * math.ceil(vocab / 64) if meta["tokenizer"] == "gpt2" else vocab
 
@@ -299,24 +321,28 @@ def _gpt2():
     try:
         return tiktoken.get_encoding("gpt2")
     except Exception as e:  # tiktoken downloads its BPE files on first use
-        raise SystemExit(f"error: cannot load the GPT-2 BPE files ({type(e).__name__}); offline, point "
-                         "TIKTOKEN_CACHE_DIR at a copy of tiktoken's cache, or use --tokenizer char")
+        raise SystemExit(
+            f"error: cannot load the GPT-2 BPE files ({type(e).__name__}); offline, point "
+            "TIKTOKEN_CACHE_DIR at a copy of tiktoken's cache, or use --tokenizer char")
 
 
 def char_table(texts):
-    """The sorted characters of texts, a character-level tokenizer's vocabulary, and how many there are."""
+    """The sorted characters of texts, a character-level tokenizer's vocabulary, and how many there
+    are."""
     chars, n = set(), 0
     for text in texts:
         chars.update(text)
         n += len(text)
     if len(chars) > 2**16:
-        raise SystemExit(f"error: the text has {len(chars):,} distinct characters, more than a uint16 shard holds; "
+        raise SystemExit(f"error: the text has {len(chars):,} distinct characters, more than a "
+                         f"uint16 shard holds; "
                          "use --tokenizer gpt2")
     return "".join(sorted(chars)), n
 
 
 def get_tokenizer(meta):
-    """(encode, decode) for a prepared folder: encode(str) -> list[int], decode(list[int]) -> str."""
+    """(encode, decode) for a prepared folder: encode(str) -> list[int],
+    decode(list[int]) -> str."""
     if meta["tokenizer"] == "gpt2":
         enc = _gpt2()
         return (lambda text: enc.encode(text, allowed_special={"<|endoftext|>"})), enc.decode
@@ -326,15 +352,16 @@ def get_tokenizer(meta):
     def encode(text):
         unknown = sorted(set(text) - stoi.keys())
         if unknown:
-            raise SystemExit(f"error: characters not in this model's vocabulary: {', '.join(map(repr, unknown))}")
+            raise SystemExit(f"error: characters not in this model's vocabulary: "
+                             f"{', '.join(map(repr, unknown))}")
         return [stoi[c] for c in text]
 
     return encode, lambda ids: "".join(chars[i] for i in ids)
 
 
 def start_token(meta):
-    """The token a text without a prompt starts after: GPT-2's <|endoftext|>, else a character vocabulary's
-    newline (its index in the sorted table); None when the vocabulary has neither."""
+    """The token a text without a prompt starts after: GPT-2's <|endoftext|>, else a character
+    vocabulary's newline (its index in the sorted table); None when the vocabulary has neither."""
     if meta["eot_token"] is not None:
         return meta["eot_token"]
     return meta["chars"].index("\n") if "\n" in meta["chars"] else None

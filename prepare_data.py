@@ -34,17 +34,23 @@ import urllib.request
 import numpy as np
 from tqdm import tqdm
 
-from data import (DATASETS, GPT2_META, HEADER_BYTES, _gpt2, char_table, check_out_dir, counted, first_line,
-                  get_tokenizer, locked_folder, read_shard, run_cli, write_json, write_shard)
+from data import (DATASETS, GPT2_META, HEADER_BYTES, _gpt2, char_table, check_out_dir, counted,
+                  first_line, get_tokenizer, locked_folder, read_shard, run_cli, write_json,
+                  write_shard)
 
-SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
-BATCH_CHARS = 1 << 20  # text per worker task, and per piece of a .txt file: pickling costs little next to it
+SHAKESPEARE_URL = (
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt")
+# text per worker task, and per piece of a .txt file: pickling costs little next to it
+BATCH_CHARS = 1 << 20
 SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)")  # after a newline between non-spaces: see _txt_pieces
-PROGRESS = "progress.json"  # an unfinished build's shards so far and where its text stands: what a rerun resumes
+# an unfinished build's shards so far and where its text stands: what a rerun resumes
+PROGRESS = "progress.json"
 SHARD_NAME = re.compile(r"(val|train)_\d{6}\.bin")  # the shards a build writes (_ShardWriter.flush)
-HUB = {"fineweb_edu": ("HuggingFaceFW/fineweb-edu", "sample-10BT"),  # name: (repository, configuration)
+# name: (repository, configuration)
+HUB = {"fineweb_edu": ("HuggingFaceFW/fineweb-edu", "sample-10BT"),
        "openwebtext": ("Skylion007/openwebtext", None)}
-BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}  # datasets' builders
+# datasets' builders
+BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 _replaced = collections.Counter()  # invalid UTF-8 bytes turned into U+FFFD: reported, not fatal
 
@@ -73,9 +79,9 @@ def _first_chars(docs, cap):
 
 
 # ----------------------------------------------------------------------------- sources
-# A source returns (docs, description, size in bytes or None); docs() yields (split, text, first) afresh
-# on each call, decoding lazily: split None where --val_tokens decides, and first False for the later
-# pieces of a document cut for memory (no end-of-text token goes before them).
+# A source returns (docs, description, size in bytes or None); docs() yields (split, text, first)
+# afresh on each call, decoding lazily: split None where --val_tokens decides, and first False for
+# the later pieces of a document cut for memory (no end-of-text token goes before them).
 
 def _local_files(patterns):
     """Files named or matched by globs, each existing and non-empty, in sorted order per pattern."""
@@ -86,7 +92,8 @@ def _local_files(patterns):
             raise SystemExit(f"error: --input {pattern}: no such file")
         for path in map(pathlib.Path, matches):
             if not path.is_file():
-                raise SystemExit(f"error: --input {path} is not a file; pass files or a glob like 'dir/*.jsonl'")
+                raise SystemExit(f"error: --input {path} is not a file; "
+                                 f"pass files or a glob like 'dir/*.jsonl'")
             if not os.access(path, os.R_OK):
                 raise SystemExit(f"error: --input {path}: no permission to read it")
             if path.stat().st_size == 0:
@@ -107,12 +114,14 @@ def _shakespeare(inputs):
             with urllib.request.urlopen(SHAKESPEARE_URL, timeout=10) as response:
                 raw, source = response.read(), SHAKESPEARE_URL
         except OSError as e:
-            raise SystemExit(f"error: cannot download tiny Shakespeare ({e}); pass a local copy with "
-                             "--input path/to/input.txt")
+            raise SystemExit(
+                f"error: cannot download tiny Shakespeare ({e}); pass a local copy with "
+                "--input path/to/input.txt")
 
     def docs():
         text = raw.decode("utf-8", "normgpt_replace")
-        n = int(len(text) * 0.9)  # nanoGPT's split: the first 90% of the characters train, the rest val
+        # nanoGPT's split: the first 90% of the characters train, the rest val
+        n = int(len(text) * 0.9)
         return iter([("val", text[n:], True), ("train", text[:n], True)])
 
     return docs, source, len(raw)
@@ -121,18 +130,22 @@ def _shakespeare(inputs):
 def _pystdlib():
     root, files = pathlib.Path(sysconfig.get_paths()["stdlib"]), []
     for folder, subfolders, names in os.walk(root):
-        subfolders[:] = [d for d in subfolders if d not in ("test", "tests", "idle_test", "site-packages")]
+        subfolders[:] = [d for d in subfolders
+                         if d not in ("test", "tests", "idle_test", "site-packages")]
         files += [pathlib.Path(folder, name) for name in names if name.endswith(".py")]
     files.sort()
     docs = lambda: ((None, p.read_bytes().decode("utf-8", "normgpt_replace"), True) for p in files)
-    source = f"{len(files)} .py files of the Python {sys.version.split()[0]} standard library in {root}"
+    source = (f"{len(files)} .py files of the Python {sys.version.split()[0]} standard library "
+              f"in {root}")
     return docs, source, sum(p.stat().st_size for p in files)
 
 
 def _stream(what, fix, *args, **kwargs):
-    """Rows of datasets.load_dataset(*args) streamed; its errors become one line that names the fix."""
+    """Rows of datasets.load_dataset(*args) streamed; its errors become one line that names the
+    fix."""
     from datasets import load_dataset, logging
-    logging.set_verbosity(logging.CRITICAL)  # its logged error (a broken .jsonl's) would be a line before ours
+    # its logged error (a broken .jsonl's) would be a line before ours
+    logging.set_verbosity(logging.CRITICAL)
     try:
         yield from load_dataset(*args, split="train", streaming=True, **kwargs)
     except Exception as e:
@@ -140,15 +153,18 @@ def _stream(what, fix, *args, **kwargs):
 
 
 def _txt_pieces(path):
-    """A .txt file as one document, in pieces of about BATCH_CHARS characters: no file is ever held whole.
-    A piece ends at a newline between two non-space characters, where GPT-2's pre-tokenizer splits anyway,
-    so the pieces' tokens are the whole text's. Not at any newline: '\\n  x' pre-tokenizes as '\\n ', ' x',
-    but cut after the newline as '\\n', ' ', ' x'. A stretch without such a newline stays in one piece."""
-    with open(path, encoding="utf-8", errors="normgpt_replace") as f:  # universal newlines, as datasets reads
+    """A .txt file as one document, in pieces of about BATCH_CHARS characters: no file is ever held
+    whole. A piece ends at a newline between two non-space characters, where GPT-2's pre-tokenizer
+    splits anyway, so the pieces' tokens are the whole text's. Not at any newline: '\\n  x'
+    pre-tokenizes as '\\n ', ' x', but cut after the newline as '\\n', ' ', ' x'. A stretch without
+    such a newline stays in one piece."""
+    # universal newlines, as datasets reads
+    with open(path, encoding="utf-8", errors="normgpt_replace") as f:
         text, first = "", True
         while block := f.read(BATCH_CHARS):
             text += block
-            cut = max((m.start() for m in SAFE_CUT.finditer(text, len(text) - len(block))), default=0)
+            cut = max((m.start() for m in SAFE_CUT.finditer(text, len(text) - len(block))),
+                      default=0)
             if cut:
                 yield None, text[:cut], first
                 text, first = text[cut:], False
@@ -158,46 +174,57 @@ def _txt_pieces(path):
 
 def _text_files(inputs, column):
     if not inputs:
-        raise SystemExit("error: the text dataset needs --input FILE|GLOB ... (.txt, .jsonl, .json, .parquet)")
-    groups = collections.defaultdict(list)  # builder: files, since one load_dataset call takes one format
+        raise SystemExit(
+            "error: the text dataset needs --input FILE|GLOB ... (.txt, .jsonl, .json, .parquet)")
+    # builder: files, since one load_dataset call takes one format
+    groups = collections.defaultdict(list)
     for path in _local_files(inputs):
         if path.suffix.lower() not in BUILDERS:
-            raise SystemExit(f"error: --input {path}: unsupported file type; use {', '.join(BUILDERS)}")
+            raise SystemExit(f"error: --input {path}: unsupported file type; "
+                             f"use {', '.join(BUILDERS)}")
         groups[BUILDERS[path.suffix.lower()]].append(str(path))
 
     def rows(builder, files):
-        for row in _stream(f"{files[0]} ({counted(len(files), builder + ' file')})", "check them", builder,
-                           data_files=files):
+        for row in _stream(f"{files[0]} ({counted(len(files), builder + ' file')})", "check them",
+                           builder, data_files=files):
             if column not in row:
-                raise SystemExit(f"error: {files[0]} has no column {column!r} (it has {', '.join(row)}); "
-                                 "pass --text_column NAME")
+                raise SystemExit(
+                    f"error: {files[0]} has no column {column!r} (it has {', '.join(row)}); "
+                    "pass --text_column NAME")
             yield None, row[column] or "", True
 
     def docs():
         for builder, files in groups.items():
-            yield from (p for path in files for p in _txt_pieces(path)) if builder == "text" else rows(builder, files)
+            yield from ((p for path in files for p in _txt_pieces(path)) if builder == "text"
+                        else rows(builder, files))
 
-    for builder in groups.keys() - {"text"}:  # a wrong --text_column is an argument error: found before any output
+    # a wrong --text_column is an argument error: found before any output
+    for builder in groups.keys() - {"text"}:
         next(rows(builder, groups[builder]), None)
     files = [f for group in groups.values() for f in group]
-    return docs, f"{counted(len(files), 'local file')}: {', '.join(files)}", sum(map(os.path.getsize, files))
+    return (docs, f"{counted(len(files), 'local file')}: {', '.join(files)}",
+            sum(map(os.path.getsize, files)))
 
 
 def _hub(dataset):
     repo, config = HUB[dataset]
     fix = "for local files use:  python prepare_data.py text --input FILES"
-    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"  # a mirror, if the user set one
+    # a mirror, if the user set one
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
                if os.environ.get(v, "").lower() in ("1", "true")]
     try:  # fail in seconds, not after datasets' retries
         url = urllib.parse.urlsplit(endpoint)
         if offline or not url.hostname:
-            raise OSError(f"{offline[0]} is set" if offline else "HF_ENDPOINT is not a URL like https://host")
-        if not urllib.request.getproxies().get(url.scheme):  # behind a proxy, only datasets itself can tell
+            raise OSError(f"{offline[0]} is set" if offline
+                          else "HF_ENDPOINT is not a URL like https://host")
+        # behind a proxy, only datasets itself can tell
+        if not urllib.request.getproxies().get(url.scheme):
             port = url.port or (443 if url.scheme == "https" else 80)
             socket.create_connection((url.hostname, port), timeout=3).close()
     except (OSError, ValueError) as e:  # ValueError: a port that is not a number
-        raise SystemExit(f"error: cannot reach the Hugging Face hub at {endpoint} for {repo} ({e}); {fix}")
+        raise SystemExit(f"error: cannot reach the Hugging Face hub at {endpoint} for {repo} "
+                         f"({e}); {fix}")
     docs = lambda: ((None, row["text"], True) for row in _stream(repo, fix, repo, config))
     return docs, f"{repo} ({config or 'default'}) from the Hugging Face hub", None
 
@@ -213,14 +240,15 @@ def _source(dataset, inputs, text_column):
     return _shakespeare(inputs) if dataset.startswith("shakespeare") else _pystdlib()
 
 
-# ----------------------------------------------------------------------------- parallel tokenization
+# ---------------------------------------------------------------------------- parallel tokenization
 
 _encode = None  # this worker's encoder, set once by _init_worker
 
 
 def _init_worker(meta, forked):
     global _encode
-    if forked:  # Ctrl-C reaches the whole process group: the parent alone stops the build, in one line
+    # Ctrl-C reaches the whole process group: the parent alone stops the build, in one line
+    if forked:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     # ordinary encoding: an "<|endoftext|>" inside a document is text, only separators are EOT
     _encode = _gpt2().encode_ordinary if meta["tokenizer"] == "gpt2" else get_tokenizer(meta)[0]
@@ -244,24 +272,29 @@ def _batches(docs):
 
 
 def _tokenized(docs, meta, workers):
-    """Yield ([(split, first)], token arrays) batch by batch, in order. At most two batches per worker are
-    in flight: Pool.imap would read ahead through the whole stream and hold it in memory."""
+    """Yield ([(split, first)], token arrays) batch by batch, in order. At most two batches per
+    worker are in flight: Pool.imap would read ahead through the whole stream and hold it in
+    memory."""
     if workers == 1:  # a thread: no fork, no pickling
         pool = multiprocessing.pool.ThreadPool(1, _init_worker, (meta, False))
-    else:  # forked from a server of one thread: a fork of this process, whose libraries (torch when train.py
-        # makes pystdlib, a test runner) run threads that may hold a lock, can start a worker that never runs.
-        # The server and its workers start with Ctrl-C ignored (a disposition exec keeps): one landing while
-        # a worker imports would print a stray traceback; the parent alone stops the build
+    else:
+        # forked from a server of one thread: a fork of this process, whose libraries (torch when
+        # train.py makes pystdlib, a test runner) run threads that may hold a lock, can start a
+        # worker that never runs. The server and its workers start with Ctrl-C ignored (a
+        # disposition exec keeps): one landing while a worker imports would print a stray traceback;
+        # the parent alone stops the build
         ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            pool = multiprocessing.get_context("forkserver").Pool(workers, _init_worker, (meta, True))
+            pool = multiprocessing.get_context("forkserver").Pool(workers, _init_worker,
+                                                                  (meta, True))
         finally:
             signal.signal(signal.SIGINT, ignored)
     with pool:
         pending = collections.deque()
         for batch in _batches(docs):
             labels = [(split, first) for split, _, first in batch]
-            pending.append((labels, pool.apply_async(_encode_texts, ([text for _, text, _ in batch],))))
+            pending.append((labels, pool.apply_async(_encode_texts,
+                                                     ([text for _, text, _ in batch],))))
             if len(pending) >= 2 * workers:
                 labels, result = pending.popleft()
                 yield labels, result.get()
@@ -270,12 +303,14 @@ def _tokenized(docs, meta, workers):
 
 
 class _ShardWriter:
-    """Routes documents to val and train and writes each shard as it fills: memory is one shard at most.
-    After each shard, progress.json records the shards so far and the state at the start of the document
-    in progress (its mark); a build resumed from it re-reads that document and drops what is written."""
+    """Routes documents to val and train and writes each shard as it fills: memory is one shard at
+    most. After each shard, progress.json records the shards so far and the state at the start of
+    the document in progress (its mark); a build resumed from it re-reads that document and drops
+    what is written."""
 
     def __init__(self, out, meta, shard_tokens, val_tokens, cap, progress=None):
-        self.out, self.meta, self.val_tokens, self.cap, self.eot = out, meta, val_tokens, cap, meta["eot_token"]
+        self.out, self.meta, self.val_tokens, self.cap, self.eot = (
+            out, meta, val_tokens, cap, meta["eot_token"])
         self.buffer, self.n, self.split = np.empty(shard_tokens, np.uint16), 0, "val"
         progress = progress or dict(shards={"val": [], "train": []},
                                     mark=dict(doc=0, tokens={"val": 0, "train": 0}, streams=[]))
@@ -283,15 +318,17 @@ class _ShardWriter:
         self.docs, self.tokens = self.mark["doc"], dict(self.mark["tokens"])
         self.streams = set(self.mark["streams"])
         # tokens of the document in progress that are already in the shards
-        self.skip = sum(s["tokens"] for split in self.shards.values() for s in split) - sum(self.tokens.values())
+        self.skip = (sum(s["tokens"] for split in self.shards.values() for s in split)
+                     - sum(self.tokens.values()))
 
     def full(self):
         return bool(self.cap) and self.tokens["val"] + self.tokens["train"] >= self.cap
 
     def add(self, split, tokens, first):
-        """Append a document (or, first False, a later piece of one) to its split's stream, or with split
-        None to the one stream whose first val_tokens tokens are held out. GPT-2 documents are separated
-        by EOT. A val document holds at most val_tokens too: shakespeare* under --num_tokens."""
+        """Append a document (or, first False, a later piece of one) to its split's stream, or with
+        split None to the one stream whose first val_tokens tokens are held out. GPT-2 documents are
+        separated by EOT. A val document holds at most val_tokens too: shakespeare* under
+        --num_tokens."""
         self.mark = dict(doc=self.docs, tokens=dict(self.tokens), streams=list(self.streams))
         self.docs += 1
         if not len(tokens) or self.full():
@@ -309,14 +346,17 @@ class _ShardWriter:
     def _append(self, split, tokens):
         if self.skip:  # resumed: these tokens are in a shard already
             take = min(self.skip, len(tokens))
-            self.skip, self.tokens[split], tokens = self.skip - take, self.tokens[split] + take, tokens[take:]
-        if len(tokens) and split != self.split:  # val comes first; its last shard ends where train begins
+            self.skip, self.tokens[split], tokens = (self.skip - take, self.tokens[split] + take,
+                                                     tokens[take:])
+        # val comes first; its last shard ends where train begins
+        if len(tokens) and split != self.split:
             self.flush()
             self.split = split
         while len(tokens):
             take = min(len(tokens), len(self.buffer) - self.n)
             self.buffer[self.n:self.n + take] = tokens[:take]
-            self.n, self.tokens[split], tokens = self.n + take, self.tokens[split] + take, tokens[take:]
+            self.n, self.tokens[split], tokens = (self.n + take, self.tokens[split] + take,
+                                                  tokens[take:])
             if self.n == len(self.buffer):
                 self.flush()
 
@@ -331,10 +371,13 @@ class _ShardWriter:
 
 
 def _write_shards(docs, writer, workers):
-    """Tokenize docs in parallel into val then train shards, after the documents the writer already holds."""
-    stream = itertools.islice(docs(), writer.docs, None)  # read, not tokenized, up to where the shards end
-    with tqdm(unit="doc", disable=None, file=sys.stderr, desc=f"tokenizing {writer.meta['dataset']}",
-              initial=writer.docs) as bar, contextlib.closing(_tokenized(stream, writer.meta, workers)) as batches:
+    """Tokenize docs in parallel into val then train shards, after the documents the writer already
+    holds."""
+    # read, not tokenized, up to where the shards end
+    stream = itertools.islice(docs(), writer.docs, None)
+    with (tqdm(unit="doc", disable=None, file=sys.stderr,
+               desc=f"tokenizing {writer.meta['dataset']}", initial=writer.docs) as bar,
+          contextlib.closing(_tokenized(stream, writer.meta, workers)) as batches):
         for labels, arrays in batches:  # closing: the workers stop on any exit
             for (split, first), tokens in zip(labels, arrays):
                 writer.add(split, tokens, first)
@@ -348,14 +391,15 @@ def _write_shards(docs, writer, workers):
 # ----------------------------------------------------------------------------- the build
 
 def _default_val_tokens(cap, size, tokenizer):
-    """5% of the corpus (sizes from bytes are estimates), at most one 100M-token shard like modded-nanogpt's."""
+    """5% of the corpus (sizes from bytes are estimates), at most one 100M-token shard like
+    modded-nanogpt's."""
     estimates = [n for n in (cap, size and size // (1 if tokenizer == "char" else 4)) if n]
     return max(1, min(100_000_000, min(estimates) // 20)) if estimates else 100_000_000
 
 
 def _record(out, name, whole=True):
-    """out/name (meta.json or progress.json) if it is a build's list of shards, each whole (unless whole is
-    False); else None."""
+    """out/name (meta.json or progress.json) if it is a build's list of shards, each whole (unless
+    whole is False); else None."""
     try:
         record = json.loads((out / name).read_text())
         shards = [s for split in ("val", "train") for s in record["shards"][split]]
@@ -367,15 +411,16 @@ def _record(out, name, whole=True):
 
 
 def _written(out):
-    """The names in out that builds wrote, as its records tell: them, their shards and the next of each
-    split, the temporary file of each, and the lock: all that a build killed at any moment leaves. None
-    when out holds no record and no lock: no build has been there."""
+    """The names in out that builds wrote, as its records tell: them, their shards and the next of
+    each split, the temporary file of each, and the lock: all that a build killed at any moment
+    leaves. None when out holds no record and no lock: no build has been there."""
     records = {name: _record(out, name, whole=False) for name in ("meta.json", PROGRESS)}
     if not any(records.values()) and not (out / ".lock").exists():
         return set()
     names = {name for name, record in records.items() if record or not (out / name).exists()}
     for record in [r for r in records.values() if r] or [dict(shards={"val": [], "train": []})]:
-        if record.get("meta", record).get("dataset") != "shards":  # the shards dataset lists the user's files
+        # the shards dataset lists the user's files
+        if record.get("meta", record).get("dataset") != "shards":
             for split, shards in record["shards"].items():
                 names.update(s["file"] for s in shards if SHARD_NAME.fullmatch(s["file"]))
                 names.add(f"{split}_{len(shards):06d}.bin")
@@ -383,79 +428,100 @@ def _written(out):
 
 
 def _check_folder(out, inputs):
-    """out holds nothing but the inputs and what builds wrote: a build replaces or removes no other file."""
-    listed = list(out.iterdir()) if out.is_dir() else []  # before the records, which grow while others build
-    ours, inputs = _written(out), {os.path.abspath(p) for pattern in inputs for p in glob.glob(pattern, recursive=True)}
-    others = sorted(p.name for p in listed if p.name not in ours and os.path.abspath(p) not in inputs)
+    """out holds nothing but the inputs and what builds wrote: a build replaces or removes no other
+    file."""
+    # before the records, which grow while others build
+    listed = list(out.iterdir()) if out.is_dir() else []
+    ours, inputs = _written(out), {os.path.abspath(p) for pattern in inputs
+                                   for p in glob.glob(pattern, recursive=True)}
+    others = sorted(p.name for p in listed
+                    if p.name not in ours and os.path.abspath(p) not in inputs)
     if others:
         raise SystemExit(f"error: --out {out} holds files no build wrote ({', '.join(others[:3])}"
-                         f"{', ...' if len(others) > 3 else ''}); choose a new or empty folder, or move them")
+                         f"{', ...' if len(others) > 3 else ''}); "
+                         f"choose a new or empty folder, or move them")
 
 
 def _clear(out, keep=()):
-    """Remove what builds wrote in out but keep. meta.json first, so that out is never complete while it
-    changes, renamed progress.json: its list of shards lasts while they go, as a later build's to remove."""
+    """Remove what builds wrote in out but keep. meta.json first, so that out is never complete
+    while it changes, renamed progress.json: its list of shards lasts while they go, as a later
+    build's to remove."""
     written = _written(out)
     if "meta.json" in written and (out / "meta.json").exists():
         os.replace(out / "meta.json", out / PROGRESS) if not keep else (out / "meta.json").unlink()
-    for name in sorted(written - {".lock", *keep}, key=lambda name: name == PROGRESS):  # progress.json last
+    # progress.json last
+    for name in sorted(written - {".lock", *keep}, key=lambda name: name == PROGRESS):
         (out / name).unlink(missing_ok=True)
 
 
 def _prepared(out, args):
-    """True when out holds a complete build made with args; an error when it holds one made with others."""
+    """True when out holds a complete build made with args; an error when it holds one made with
+    others."""
     previous = (_record(out, "meta.json") or {}).get("args")
     if previous is not None and previous != args:
-        changed = ", ".join(f"{k} {previous.get(k)!r} -> {v!r}" for k, v in args.items() if previous.get(k) != v)
-        raise SystemExit(f"error: {out} was prepared with other arguments ({changed}); pass --force to rebuild it")
+        changed = ", ".join(f"{k} {previous.get(k)!r} -> {v!r}" for k, v in args.items()
+                            if previous.get(k) != v)
+        raise SystemExit(f"error: {out} was prepared with other arguments ({changed}); "
+                         f"pass --force to rebuild it")
     if previous is not None:
-        print(f"{out} is already prepared with these arguments: nothing to do (--force rebuilds it)")
+        print(f"{out} is already prepared with these arguments: "
+              f"nothing to do (--force rebuilds it)")
     return previous is not None
 
 
 def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
-    """Write the shards, then meta.json. A build that fails or is killed keeps its finished shards and
-    progress.json; run again with the same arguments, it resumes after the last of them."""
+    """Write the shards, then meta.json. A build that fails or is killed keeps its finished shards
+    and progress.json; run again with the same arguments, it resumes after the last of them."""
     progress = _record(out, PROGRESS)
     if progress and (progress.get("meta"), progress.get("val_tokens")) != (meta, val_tokens):
-        progress = None  # another text or other arguments (or a meta.json being cleared): start afresh
-    keep = {PROGRESS, *(s["file"] for s in itertools.chain(*progress["shards"].values()))} if progress else set()
+        # another text or other arguments (or a meta.json being cleared): start afresh
+        progress = None
+    keep = ({PROGRESS, *(s["file"] for s in itertools.chain(*progress["shards"].values()))}
+            if progress else set())
     _clear(out, keep)
     if progress:
-        print(f"resuming the build of {out} after its {len(keep) - 1} finished shards", file=sys.stderr)
+        print(f"resuming the build of {out} after its {len(keep) - 1} finished shards",
+              file=sys.stderr)
     _replaced.clear()
     writer, t0 = _ShardWriter(out, meta, shard_tokens, val_tokens, cap, progress), time.time()
     resumed = sum(writer.tokens.values())
     try:
         _write_shards(docs, writer, workers)
-    except (KeyboardInterrupt, SystemExit, OSError) as e:  # Ctrl-C, a stream that broke, a full disk: one line
+    # Ctrl-C, a stream that broke, a full disk: one line
+    except (KeyboardInterrupt, SystemExit, OSError) as e:
         kept = f"kept the finished shards in {out}: the same command resumes after them"
         if isinstance(e, KeyboardInterrupt):
             raise KeyboardInterrupt(kept)  # data.run_cli prints it
-        raise SystemExit(f"{e.code if isinstance(e, SystemExit) else 'error: ' + first_line(e)}; {kept}")
-    if not writer.tokens["train"]:  # a mistake in the arguments, not a failure to resume from: nothing is kept
+        raise SystemExit(f"{e.code if isinstance(e, SystemExit) else 'error: ' + first_line(e)}; "
+                         f"{kept}")
+    # a mistake in the arguments, not a failure to resume from: nothing is kept
+    if not writer.tokens["train"]:
         _clear(out)
         if not writer.tokens["val"]:  # GPT-2's empty text (char-level's is found before the build)
             raise SystemExit(f"error: no text in {meta['source']}")
-        fix = "lower --val_tokens or use more text" if None in writer.streams else "use more text"  # shakespeare*
-        raise SystemExit(f"error: no training tokens: all {writer.tokens['val']:,} tokens of the text are held out; "
-                         f"{fix}")
+        # shakespeare*
+        fix = "lower --val_tokens or use more text" if None in writer.streams else "use more text"
+        raise SystemExit(f"error: no training tokens: all {writer.tokens['val']:,} tokens of the "
+                         f"text are held out; {fix}")
     write_json(out / "meta.json", {**meta, "tokens": writer.tokens, "shards": writer.shards})
     (out / PROGRESS).unlink(missing_ok=True)
     if bad := _replaced["bytes"]:
-        print(f"warning: replaced {counted(bad, 'byte')} of invalid UTF-8 with U+FFFD", file=sys.stderr)
+        print(f"warning: replaced {counted(bad, 'byte')} of invalid UTF-8 with U+FFFD",
+              file=sys.stderr)
     n, seconds = writer.tokens, time.time() - t0
     print(f"wrote {n['train']:,} train + {n['val']:,} val tokens "
           f"({meta['tokenizer']}, vocab {meta['vocab_size']:,}) "
-          f"to {out} in {seconds:.1f}s, {(n['train'] + n['val'] - resumed) / seconds:,.0f} tokens/s")
+          f"to {out} in {seconds:.1f}s, "
+          f"{(n['train'] + n['val'] - resumed) / seconds:,.0f} tokens/s")
 
 
 def _shards_meta(out, inputs, args):
-    """meta.json for GPT-2 shards that already exist (llm.c's and modded-nanogpt's FineWeb downloads use
-    this format): they load unchanged from where they are; 'val' in a name means val."""
+    """meta.json for GPT-2 shards that already exist (llm.c's and modded-nanogpt's FineWeb downloads
+    use this format): they load unchanged from where they are; 'val' in a name means val."""
     files = _local_files(inputs)
     if not files or all("val" in f.name for f in files) or not any("val" in f.name for f in files):
-        raise SystemExit("error: shards needs --input with train and val shards ('val' in the val files' names)")
+        raise SystemExit(
+            "error: shards needs --input with train and val shards ('val' in the val files' names)")
     shards = {"train": [], "val": []}
     for path in files:
         sha = hashlib.sha256()
@@ -466,17 +532,18 @@ def _shards_meta(out, inputs, args):
         shards[split].append({"file": os.path.relpath(path, out), "tokens": len(read_shard(path)),
                               "sha256": sha.hexdigest()})
     tokens = {split: sum(s["tokens"] for s in shards[split]) for split in shards}
-    print(f"indexing {tokens['train']:,} train + {tokens['val']:,} val tokens of {len(files)} shards "
-          f"in {out}/meta.json")
+    print(f"indexing {tokens['train']:,} train + {tokens['val']:,} val tokens of {len(files)} "
+          f"shards in {out}/meta.json")
     return dict(dataset="shards", **GPT2_META,
                 source=f"{len(files)} existing shards: {', '.join(map(str, files))}", args=args,
                 tokens=tokens, shards=shards)
 
 
 def _tokenizer_meta(dataset, docs, source, size, args):
-    """meta.json's description of the tokenizer; char-level, a first pass over the text finds its characters.
-    Then a --val_tokens that holds out all the text is an argument error. A character is a token; a GPT-2 token
-    holds a byte or more (an invalid one becomes U+FFFD's 3), so 4x the bytes bounds the tokens (with EOTs)."""
+    """meta.json's description of the tokenizer; char-level, a first pass over the text finds its
+    characters. Then a --val_tokens that holds out all the text is an argument error. A character is
+    a token; a GPT-2 token holds a byte or more (an invalid one becomes U+FFFD's 3), so 4x the bytes
+    bounds the tokens (with EOTs)."""
     if args["tokenizer"] == "gpt2":
         _gpt2()  # fails here, before any output, when it cannot load
         meta, most = dict(dataset=dataset, **GPT2_META, source=source, args=args), size and 4 * size
@@ -484,38 +551,44 @@ def _tokenizer_meta(dataset, docs, source, size, args):
         chars, most = char_table(text for _, text, _ in docs())
         if not chars:
             raise SystemExit(f"error: no text in {source}")
-        meta = dict(dataset=dataset, tokenizer="char", vocab_size=len(chars), eot_token=None, chars=chars,
-                    source=source, args=args)
+        meta = dict(dataset=dataset, tokenizer="char", vocab_size=len(chars), eot_token=None,
+                    chars=chars, source=source, args=args)
     if args["val_tokens"] and most and args["val_tokens"] >= most:
-        raise SystemExit(f"error: no training tokens: --val_tokens {args['val_tokens']:,} holds out all of the text "
-                         f"(at most {most:,} tokens); lower --val_tokens")
+        raise SystemExit(f"error: no training tokens: --val_tokens {args['val_tokens']:,} "
+                         f"holds out all of the text (at most {most:,} tokens); lower --val_tokens")
     return meta
 
 
 def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, val_tokens=None,
             shard_tokens=100_000_000, workers=None, force=False, text_column="text"):
-    """Build out (default data/DATASET) from a dataset, unless it is already built with these arguments.
-    Processes building the same folder take turns: a later one waits, then finds the folder built."""
+    """Build out (default data/DATASET) from a dataset, unless it is already built with these
+    arguments. Processes building the same folder take turns: a later one waits, then finds the
+    folder built."""
     if dataset not in DATASETS:
-        raise SystemExit(f"error: unknown dataset {dataset!r}; choose one of: {', '.join(DATASETS)}")
-    counts = dict(num_tokens=num_tokens, val_tokens=val_tokens, shard_tokens=shard_tokens, workers=workers)
+        raise SystemExit(f"error: unknown dataset {dataset!r}; "
+                         f"choose one of: {', '.join(DATASETS)}")
+    counts = dict(num_tokens=num_tokens, val_tokens=val_tokens, shard_tokens=shard_tokens,
+                  workers=workers)
     for name, value in counts.items():
         if value is not None and (not isinstance(value, int) or value <= 0):
             raise SystemExit(f"error: --{name} must be a positive integer, got {value!r}")
     if shard_tokens >= 2**31:
-        raise SystemExit("error: --shard_tokens must be below 2**31, as the header counts tokens in an int32")
+        raise SystemExit(
+            "error: --shard_tokens must be below 2**31, as the header counts tokens in an int32")
     if val_tokens and dataset.startswith("shakespeare"):
-        raise SystemExit("error: shakespeare* holds out nanoGPT's last 10% of the text, so --val_tokens does not "
-                         "apply: drop it (under --num_tokens N, val keeps N/10 tokens and train the rest)")
+        raise SystemExit("error: shakespeare* holds out nanoGPT's last 10% of the text, "
+                         "so --val_tokens does not apply: drop it "
+                         "(under --num_tokens N, val keeps N/10 tokens and train the rest)")
     if val_tokens and num_tokens and val_tokens >= num_tokens:
-        raise SystemExit(f"error: no training tokens: --val_tokens {val_tokens:,} holds out all of --num_tokens "
-                         f"{num_tokens:,}; lower --val_tokens")
+        raise SystemExit(f"error: no training tokens: --val_tokens {val_tokens:,} holds out all "
+                         f"of --num_tokens {num_tokens:,}; lower --val_tokens")
     tokenizer, workers = tokenizer or DATASETS[dataset][0], workers or os.cpu_count()
     if tokenizer not in ("gpt2", "char"):
         raise SystemExit(f"error: unknown tokenizer {tokenizer!r}; choose gpt2 or char")
     out = pathlib.Path(out or pathlib.Path("data", dataset))
     args = dict(dataset=dataset, inputs=[os.path.abspath(p) for p in inputs], tokenizer=tokenizer,
-                num_tokens=num_tokens, val_tokens=val_tokens, shard_tokens=shard_tokens, text_column=text_column)
+                num_tokens=num_tokens, val_tokens=val_tokens, shard_tokens=shard_tokens,
+                text_column=text_column)
     if not force and _prepared(out, args):  # a complete folder may be read-only
         return out
     check_out_dir(out, "--out")
@@ -524,11 +597,14 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
     # Everything that can fail on bad input happens before the folder is made.
     if dataset == "shards":
         meta = _shards_meta(out, inputs, args)
-        indexed = {s["file"] for split in meta["shards"].values() for s in split}  # shards in out itself stay
+        # shards in out itself stay
+        indexed = {s["file"] for split in meta["shards"].values() for s in split}
         build = lambda: (_clear(out, indexed), write_json(out / "meta.json", meta))
     else:
-        docs, source, size = _source(dataset, list(inputs), text_column)  # checks inputs and network first
-        if dataset.startswith("shakespeare"):  # the source splits 90/10; under a cap, val keeps a tenth of it
+        # checks inputs and network first
+        docs, source, size = _source(dataset, list(inputs), text_column)
+        # the source splits 90/10; under a cap, val keeps a tenth of it
+        if dataset.startswith("shakespeare"):
             val_tokens = max(1, num_tokens // 10) if num_tokens else sys.maxsize
         elif tokenizer == "char" and num_tokens:
             docs = _first_chars(docs, num_tokens)
@@ -536,30 +612,39 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
         meta = _tokenizer_meta(dataset, docs, source, size, args)
         build = lambda: _build(out, docs, meta, val_tokens, num_tokens, shard_tokens, workers)
     with locked_folder(out, "--out"):  # processes building out take turns
-        if force or not _prepared(out, args):  # another process may have built it while this one waited
+        # another process may have built it while this one waited
+        if force or not _prepared(out, args):
             _check_folder(out, inputs)
             build()
     return out
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="datasets:\n" + "\n".join(f"  {name:<17} {line}" for name, (_, line) in DATASETS.items()))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="datasets:\n" + "\n".join(f"  {name:<17} {line}"
+                                         for name, (_, line) in DATASETS.items()))
     add = parser.add_argument
     add("dataset", help="one of the datasets below")
     add("--input", dest="inputs", nargs="+", action="extend", default=[], metavar="PATH",
         help="local text instead of a download (shakespeare*), or the files and globs of `text`")
-    add("--tokenizer", metavar="gpt2|char", help="GPT-2 BPE or the text's own characters (default: per dataset)")
+    add("--tokenizer", metavar="gpt2|char",
+        help="GPT-2 BPE or the text's own characters (default: per dataset)")
     add("--out", metavar="DIR", help="output folder (default: data/DATASET)")
-    add("--num_tokens", type=int, metavar="N", help="stop after this many tokens, val and train together")
+    add("--num_tokens", type=int, metavar="N",
+        help="stop after this many tokens, val and train together")
     add("--val_tokens", type=int, metavar="N",
         help="held out: the first N tokens of the stream; default 5%% of the corpus, at most 100M "
-             "(shakespeare*: nanoGPT's last 10%% of the text, its first N/10 tokens under --num_tokens N)")
-    add("--shard_tokens", type=int, default=100_000_000, metavar="N", help="tokens per shard file (default 1e8)")
+             "(shakespeare*: nanoGPT's last 10%% of the text, its first N/10 tokens under "
+             "--num_tokens N)")
+    add("--shard_tokens", type=int, default=100_000_000, metavar="N",
+        help="tokens per shard file (default 1e8)")
     add("--workers", type=int, metavar="N", help="tokenizer processes (default: all cores)")
-    add("--text_column", default="text", metavar="NAME", help="the column of .jsonl/.json/.parquet rows (text)")
+    add("--text_column", default="text", metavar="NAME",
+        help="the column of .jsonl/.json/.parquet rows (text)")
     add("--force", action="store_true", help="rebuild even if the folder is complete")
-    parser.error = lambda message: parser.exit(2, f"error: {message} (see --help)\n")  # one line, not the usage
+    # one line, not the usage
+    parser.error = lambda message: parser.exit(2, f"error: {message} (see --help)\n")
     prepare(**vars(parser.parse_args(argv)))
 
 

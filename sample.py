@@ -4,19 +4,20 @@ Sample from a model trained by train.py, with a KV cache.
     python sample.py --out_dir=out --start="ROMEO:" --num_samples=3 --max_new_tokens=300
     python sample.py --out_dir=out --start=FILE:prompt.txt --temperature=0 --stream
 
-The tokenizer is the one the checkpoint was trained with (its dataset's character table or GPT-2 BPE).
-An empty --start begins at GPT-2's <|endoftext|>; a character vocabulary has no such token, so there
-it begins at a newline, and is an error if '\\n' is not in the vocabulary.
+The tokenizer is the one the checkpoint was trained with (its dataset's character table or GPT-2
+BPE). An empty --start begins at GPT-2's <|endoftext|>; a character vocabulary has no such token, so
+there it begins at a newline, and is an error if '\\n' is not in the vocabulary.
 
-Past block_size, use_cache=True prefills a full cache again with its newest (block_size+1)//2 tokens and
-goes on from there; use_cache=False recomputes the last block_size tokens for every new token (nanoGPT's
-exact cropping), many times slower. GPT.generate's docstring in model.py says why and how much context
-each sees.
+Past block_size, use_cache=True prefills a full cache again with its newest (block_size+1)//2 tokens
+and goes on from there; use_cache=False recomputes the last block_size tokens for every new token
+(nanoGPT's exact cropping), many times slower. GPT.generate's docstring in model.py says why and how
+much context each sees.
 
 Within block_size both compute the same logits, in a different order, so they agree up to rounding:
-in float32 to 1e-6..1e-4 of the logits' scale, the same tokens unless two candidates tie that closely;
-under bf16 autocast (dtype auto on CUDA) by bf16's rounding, about 1% of that scale, enough for greedy
-or seeded samples to take different paths where two tokens are close. --dtype=float32 when they must agree.
+in float32 to 1e-6..1e-4 of the logits' scale, the same tokens unless two candidates tie that
+closely; under bf16 autocast (dtype auto on CUDA) by bf16's rounding, about 1% of that scale, enough
+for greedy or seeded samples to take different paths where two tokens are close. --dtype=float32
+when they must agree.
 """
 import torch
 
@@ -25,24 +26,30 @@ import configurator
 import devices
 from data import first_line, get_tokenizer, run_cli, start_token
 
-# settings: the assignments between the two rulers, read by configurator.py (python sample.py --help)
+# settings: the assignments between the two rulers, read by configurator.py
+# (python sample.py --help)
 # --------------------------------------------------------------------------------------------------
 out_dir = "out"  # the folder train.py wrote its checkpoint to (ckpt.pt, or sharded ckpt/)
 start = ""  # the prompt, or FILE:path to read it from a file; "": the start token (see above)
 num_samples = 3  # samples to draw, one after another
 max_new_tokens = 500  # tokens generated per sample
-temperature = 0.8  # divides the logits: 1.0 samples the model's distribution, lower is safer, 0 is greedy
-top_k = 200  # sample among the k most likely tokens only; 0, or any k >= the vocabulary, keeps them all
-top_p = 1.0  # nucleus: the fewest most likely tokens whose probability reaches top_p, in (0, 1]; 1.0: all
-seed = 1337  # seeds the sampling; within block_size and in float32 the cache does not change the samples
+# divides the logits: 1.0 samples the model's distribution, lower is safer, 0 is greedy
+temperature = 0.8
+# sample among the k most likely tokens only; 0, or any k >= the vocabulary, keeps them all
+top_k = 200
+# nucleus: the fewest most likely tokens whose probability reaches top_p, in (0, 1]; 1.0: all
+top_p = 1.0
+# seeds the sampling; within block_size and in float32 the cache does not change the samples
+seed = 1337
 device = "auto"  # 'cpu', 'cuda', 'cuda:1', 'mps'; auto: cuda when available
 dtype = "auto"  # 'float32', or 'bfloat16' autocast; auto: bfloat16 on CUDA, float32 elsewhere
 compile = False  # torch.compile the model: worth it for long samples on a GPU
 stream = False  # print each token as it is generated
-use_cache = True  # keep keys and values (see "Past block_size" above); False: recompute them every token
+# keep keys and values (see "Past block_size" above); False: recompute them every token
+use_cache = True
 # --------------------------------------------------------------------------------------------------
-RANGES = dict(num_samples=1, max_new_tokens=0, temperature=0, top_k=0, top_p="(0, 1]", seed="[0, 1e19)",
-              dtype=devices.DTYPES)  # checked by configurator
+RANGES = dict(num_samples=1, max_new_tokens=0, temperature=0, top_k=0, top_p="(0, 1]",
+              seed="[0, 1e19)", dtype=devices.DTYPES)  # checked by configurator
 
 
 def read_prompt(start):
@@ -57,13 +64,15 @@ def read_prompt(start):
 
 
 def prompt_ids(text, encode, meta):
-    """The prompt as token ids; an empty prompt is the start token: GPT-2's <|endoftext|>, else a newline."""
+    """The prompt as token ids; an empty prompt is the start token: GPT-2's <|endoftext|>, else a
+    newline."""
     if text:
         return encode(text)  # a character-level encode names the characters it does not know
     if (token := start_token(meta)) is not None:
         return [token]
-    raise SystemExit("error: an empty --start needs a start token, and this character vocabulary has neither "
-                     "<|endoftext|> nor a newline; give a prompt: --start=TEXT")
+    raise SystemExit(
+        "error: an empty --start needs a start token, and this character vocabulary has neither "
+        "<|endoftext|> nor a newline; give a prompt: --start=TEXT")
 
 
 class StreamPrinter:
@@ -85,7 +94,8 @@ class StreamPrinter:
 
 
 def main(argv):
-    """Print num_samples samples (and return them) for the settings in argv, as on the command line."""
+    """Print num_samples samples (and return them) for the settings in argv, as on the command
+    line."""
     s, _ = configurator.parse_settings(argv, __file__, RANGES)
     device = devices.pick_device(s["device"])
     dtype = devices.pick_dtype(s["dtype"], device)
