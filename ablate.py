@@ -10,7 +10,7 @@ plots.
     python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3
     python ablate.py CONFIG.py --modes=pre,geonorm --lrs=1e-3,3e-3 --sweep=geo_alpha=1,3,10
     # the tables and figures of finished runs, no training
-    python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3 --figures=docs/shakespeare_char
+    python ablate.py configs/ablate_shakespeare_char.py --seeds=1,2,3 --figures=DIR
 
 A config file is a train.py config plus optional `ablate_<name> = ...` lines for ablate.py's own
 settings, which the command line sets as --<name>=..., and --sweep=key=v1,v2 once per key (--help

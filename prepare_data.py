@@ -1,10 +1,9 @@
 """Turn text into the token shards train.py reads: toy, local and web-scale corpora, offline-first.
 
-A shard is llm.c / modded-nanogpt's format: a 256 x int32 header (magic 20240520, version 1,
-token count), then the tokens as uint16. meta.json, written last, marks a folder as complete.
-get_batch draws train.py's batches from them. Processes building one folder take turns (a lock),
-and a build that fails or is killed keeps its finished shards: run again with the same arguments,
-it resumes after the last of them.
+The shards are in data.py's format (its docstring says it; write_shard writes one), and
+meta.json, written last, marks a folder as complete. Processes building one folder take turns (a
+lock), and a build that fails or is killed keeps its finished shards: run again with the same
+arguments, it resumes after the last of them.
 
     python prepare_data.py pystdlib                          # the offline default, character-level
     python prepare_data.py shakespeare --input input.txt     # GPT-2 BPE
