@@ -1,4 +1,5 @@
-"""configurator.py: a settings block read from the file is what Python runs, and only train.py imports train.py."""
+"""configurator.py: a settings block read from the file is what Python runs, and only train.py
+imports train.py."""
 import ast
 import inspect
 import os
@@ -21,7 +22,8 @@ def test_the_settings_read_from_the_file_are_those_python_runs(script):
     settings, hints = configurator.read_settings(script.__file__), inspect.get_annotations(script)
     assert len(settings) > 10
     for name, (default, kinds) in settings.items():
-        assert getattr(script, name) == default and type(getattr(script, name)) is type(default), name
+        assert getattr(script, name) == default \
+            and type(getattr(script, name)) is type(default), name
         assert kinds == (typing.get_args(hints[name]) if name in hints else (type(default),)), name
 
 
@@ -31,27 +33,31 @@ def test_no_script_but_train_imports_train():
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert "train" not in imported, path.name
-    check = "import sys, ablate, bench, sample; assert 'train' not in sys.modules, 'imported through another module'"
-    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    check = ("import sys, ablate, bench, sample; "
+             "assert 'train' not in sys.modules, 'imported through another module'")
+    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
     assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.parametrize("script", ["sample.py", "bench.py", "ablate.py"])
 def test_help_prints_the_scripts_docstring_and_exits_0(script):
     doc = ast.get_docstring(ast.parse((Path(ROOT) / script).read_text()))
-    result = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
     assert result.returncode == 0 and result.stderr == ""
     assert doc.splitlines()[0] in result.stdout
 
 
 def test_help_into_a_pipe_closed_early_exits_0_without_a_traceback():
-    """As `python sample.py --help | head -1` does when head has read its line: the pipe is closed here before
-    the text is written, so that the first write fails."""
+    """As `python sample.py --help | head -1` does when head has read its line: the pipe is closed
+    here before the text is written, so that the first write fails."""
     read, write = os.pipe()
     os.close(read)
-    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # as Python's default
-    result = subprocess.run([sys.executable, "sample.py", "--help"], cwd=ROOT, stdout=write, stderr=subprocess.PIPE,
-                            text=True, timeout=120, env=buffered)
+    # as Python's default
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    result = subprocess.run([sys.executable, "sample.py", "--help"], cwd=ROOT, stdout=write,
+                            stderr=subprocess.PIPE, text=True, timeout=120, env=buffered)
     os.close(write)
     assert (result.returncode, result.stderr) == (0, "")
 
@@ -62,7 +68,8 @@ def test_a_config_file_that_fails_to_run_is_one_line_naming_the_file_and_the_err
     message = error_of(configurator.read_config_file, config)
     assert str(config) in message and "NameError" in message and "n_heads" in message
     for ending in ("import sys\nsys.exit(0)\n", "raise SystemExit\n", "exit('done')\n"):
-        config.write_text("n_layer = 2\n" + ending)  # it would end the script as a success, having done nothing
+        # it would end the script as a success, having done nothing
+        config.write_text("n_layer = 2\n" + ending)
         message = error_of(configurator.read_config_file, config)
         assert str(config) in message and "exits" in message and "assigns settings only" in message
 
@@ -72,17 +79,20 @@ def test_a_config_file_that_fails_to_run_is_one_line_naming_the_file_and_the_err
 def script(folder, name, settings, usage=""):
     """A script at folder/name whose settings block is settings, its docstring a line and usage."""
     path = folder / name
-    path.write_text(f'"""{name}: a test script.\n{usage}"""\n{configurator.RULER}\n{settings}{configurator.RULER}\n')
+    path.write_text(f'"""{name}: a test script.\n{usage}"""\n{configurator.RULER}\n'
+                    f'{settings}{configurator.RULER}\n')
     return path
 
 
 @pytest.fixture
 def scripts(tmp_path):
     """tool.py, with settings of every kind, which passes its own settings and base.py's on."""
-    base = script(tmp_path, "base.py", 'lr = 0.1  # a float\nsteps = 10  # an int\nname = "base"  # shared\n')
-    tool = script(tmp_path, "tool.py", 'name = "tool"  # shared: its own wins\ntool_jobs = 1  # prefixed\n'
-                  'flag = False  # a bool\nscale: float | None = None  # a float or None\nword = "a"  # a str\n'
-                  'tool_label = "x"  # prefixed, a str\n')
+    base = script(tmp_path, "base.py",
+                  'lr = 0.1  # a float\nsteps = 10  # an int\nname = "base"  # shared\n')
+    tool = script(tmp_path, "tool.py",
+                  'name = "tool"  # shared: its own wins\ntool_jobs = 1  # prefixed\n'
+                  'flag = False  # a bool\nscale: float | None = None  # a float or None\n'
+                  'word = "a"  # a str\ntool_label = "x"  # prefixed, a str\n')
     return tool, base
 
 
@@ -90,16 +100,21 @@ def test_defaults_then_config_files_then_arguments_in_order_each_checked(scripts
     tool, base = scripts
     (tmp_path / "c.py").write_text("import math\nsteps = 20\nlr = 1\n_private = 3\n")
     everything, given = configurator.parse_settings(
-        [str(tmp_path / "c.py"), "--steps=30", "--jobs=4", "--flag", "--word=1e3", "--scale=2", "--label=k=v"], tool,
-        passes_on=base, prefix="tool_")
-    assert given == dict(steps=30, lr=1.0, tool_jobs=4, flag=True, word="1e3", scale=2.0, tool_label="k=v")  # no math
+        [str(tmp_path / "c.py"), "--steps=30", "--jobs=4", "--flag", "--word=1e3", "--scale=2",
+         "--label=k=v"], tool, passes_on=base, prefix="tool_")
+    # no math
+    assert given == dict(steps=30, lr=1.0, tool_jobs=4, flag=True, word="1e3", scale=2.0,
+                         tool_label="k=v")
     assert everything == given | dict(name="tool")
     assert [type(given[k]) for k in ("lr", "scale", "word", "flag")] == [float, float, str, bool]
-    assert configurator.parse_settings(["--steps=3", str(tmp_path / "c.py")], tool, passes_on=base)[1]["steps"] == 20
-    assert configurator.parse_settings([], base)[0] == dict(lr=0.1, steps=10, name="base")  # alone: its own
+    assert configurator.parse_settings(["--steps=3", str(tmp_path / "c.py")], tool,
+                                       passes_on=base)[1]["steps"] == 20
+    # alone: its own
+    assert configurator.parse_settings([], base)[0] == dict(lr=0.1, steps=10, name="base")
 
 
-@pytest.mark.parametrize("arg, words", [  # each message names the argument, and says what is wrong or the fix
+# each message names the argument, and says what is wrong or the fix
+@pytest.mark.parametrize("arg, words", [
     ("--stesp=3", ("'stesp'", "'steps'")),
     ("--zzzzzz=3", ("'zzzzzz'", "python pytest --help")),
     ("--steps=1.5", ("steps", "int", "1.5")),
@@ -120,18 +135,23 @@ def test_each_mistake_is_one_line_naming_the_setting_and_the_fix(scripts, arg, w
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_help_is_the_docstring_as_written_then_the_settings_block(tmp_path, capsys, flag):
-    tool = script(tmp_path, "tool.py", "steps = 10  # an int\n", usage="    python tool.py --steps=3\n")
+    tool = script(tmp_path, "tool.py", "steps = 10  # an int\n",
+                  usage="    python tool.py --steps=3\n")
     with pytest.raises(SystemExit) as e:
         configurator.parse_settings(["--steps=2", flag], tool)
     assert e.value.code in (0, None) and capsys.readouterr().out == (
-        "tool.py: a test script.\n    python tool.py --steps=3\n\nsettings, their defaults and what they do:\n"
+        "tool.py: a test script.\n    python tool.py --steps=3\n\n"
+        "settings, their defaults and what they do:\n"
         "steps = 10  # an int\n\n")  # the usage line keeps its indentation
 
 
 @pytest.mark.parametrize("value, bounds, fails", [
-    (0, 0, None), (-1, 0, "at least 0"), (float("inf"), 0, "at least 0"), (float("nan"), 0, "at least 0"),
-    (0, "[0, 1)", None), (0.999, "[0, 1)", None), (1, "[0, 1)", "in [0, 1)"), (-0.001, "[0, 1)", "in [0, 1)"),
-    (0, "(0, 1]", "in (0, 1]"), (1, "(0, 1]", None), (1e-9, "(0, 1]", None), (1.5, "(0, 1]", "in (0, 1]"),
+    (0, 0, None), (-1, 0, "at least 0"), (float("inf"), 0, "at least 0"),
+    (float("nan"), 0, "at least 0"),
+    (0, "[0, 1)", None), (0.999, "[0, 1)", None), (1, "[0, 1)", "in [0, 1)"),
+    (-0.001, "[0, 1)", "in [0, 1)"),
+    (0, "(0, 1]", "in (0, 1]"), (1, "(0, 1]", None), (1e-9, "(0, 1]", None),
+    (1.5, "(0, 1]", "in (0, 1]"),
     (5, "[0, 5]", None), (5, "(0, 5)", "in (0, 5)"), (float("nan"), "[0, 1)", "in [0, 1)"),
     ("b", ("a", "b"), None), ("c", ("a", "b"), "one of a, b"),
 ])
@@ -144,7 +164,8 @@ def test_none_is_never_out_of_range_and_a_local_gpt2_folder_is_an_init_from(scri
     settings = configurator.read_settings(tool) | {"init_from": ("scratch", (str,))}
     assert configurator.checked("scale", None, settings, "x", dict(scale=0)) is None
     folder = str(tmp_path)
-    assert configurator.checked("init_from", folder, settings, "x", dict(init_from=("scratch",))) == folder
+    assert configurator.checked("init_from", folder, settings, "x",
+                                dict(init_from=("scratch",))) == folder
     assert "or a folder holding a transformers GPT-2" in error_of(
         configurator.checked, "init_from", "nope", settings, "x", dict(init_from=("scratch",)))
 
@@ -160,12 +181,16 @@ def test_modes_are_all_or_known_names_in_order_each_once():
 
 
 def test_the_model_config_takes_every_model_setting_and_pads_gpt2s_vocabulary():
-    settings = configurator.parse_settings(["--n_layer=3", "--norm_mode=hybrid", "--rope_theta=500.0"],
-                                           train.__file__)[0]
-    config = configurator.model_config(types.SimpleNamespace(**settings), dict(tokenizer="gpt2", vocab_size=50257))
-    assert (config.n_layer, config.norm_mode, config.rope_theta, config.vocab_size) == (3, "hybrid", 500.0, 50304)
-    assert configurator.model_config(types.SimpleNamespace(**settings), dict(tokenizer="char", vocab_size=65)
-                                     ).vocab_size == 65  # a character table as it is
+    settings = configurator.parse_settings(
+        ["--n_layer=3", "--norm_mode=hybrid", "--rope_theta=500.0"], train.__file__)[0]
+    config = configurator.model_config(types.SimpleNamespace(**settings),
+                                       dict(tokenizer="gpt2", vocab_size=50257))
+    assert (config.n_layer, config.norm_mode, config.rope_theta, config.vocab_size) == \
+        (3, "hybrid", 500.0, 50304)
+    # a character table as it is
+    assert configurator.model_config(types.SimpleNamespace(**settings),
+                                     dict(tokenizer="char", vocab_size=65)).vocab_size == 65
     bad = types.SimpleNamespace(**settings | dict(n_head=5))
-    assert error_of(configurator.model_config, bad, dict(tokenizer="char", vocab_size=65)).startswith(
+    assert error_of(configurator.model_config, bad,
+                    dict(tokenizer="char", vocab_size=65)).startswith(
         f"error: n_embd={settings['n_embd']} is not divisible by n_head=5")

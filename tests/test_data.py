@@ -1,4 +1,5 @@
-"""data.py: the shard format, meta.json, tokenizers, the vocabulary padding, and no torch at import."""
+"""data.py: the shard format, meta.json, tokenizers, the vocabulary padding, and no torch at
+import."""
 import ast
 import json
 import subprocess
@@ -10,8 +11,9 @@ import pytest
 import torch
 
 from conftest import ROOT, error_of, mentions, needs_gpt2
-from data import (GPT2_META, char_table, check_out_dir, first_line, get_batch, get_tokenizer, load_meta,
-                  locked_folder, padded_vocab, read_shard, start_token, write_json, write_shard)
+from data import (GPT2_META, char_table, check_out_dir, first_line, get_batch, get_tokenizer,
+                  load_meta, locked_folder, padded_vocab, read_shard, start_token, write_json,
+                  write_shard)
 
 
 # ----------------------------------------------------------------------------- shard format
@@ -21,15 +23,19 @@ def test_write_shard_writes_the_modded_nanogpt_layout_and_read_shard_reads_it_ba
     write_shard(tmp_path / "s.bin", tokens)
     header = np.zeros(256, np.int32)  # built by hand as modded-nanogpt's fineweb.py does
     header[:3] = 20240520, 1, len(tokens)
-    assert (tmp_path / "s.bin").read_bytes() == header.tobytes() + tokens.astype(np.uint16).tobytes()
+    assert (tmp_path / "s.bin").read_bytes() == \
+        header.tobytes() + tokens.astype(np.uint16).tobytes()
     shard = read_shard(tmp_path / "s.bin")
-    assert shard.dtype == np.uint16 and shard.tolist() == tokens.tolist() and not shard.flags.writeable
+    assert shard.dtype == np.uint16 and shard.tolist() == tokens.tolist() \
+        and not shard.flags.writeable
     assert list(tmp_path.iterdir()) == [tmp_path / "s.bin"]  # the temporary file was renamed away
 
 
 def check_shard_error(message, path, *why):
-    """message names the shard, what is wrong with it (the words why), and the command that rebuilds it."""
-    mentions(message, str(path), *why, f"python prepare_data.py shakespeare --out {path.parent} --force")
+    """message names the shard, what is wrong with it (the words why), and the command that rebuilds
+    it."""
+    mentions(message, str(path), *why,
+             f"python prepare_data.py shakespeare --out {path.parent} --force")
 
 
 @pytest.mark.parametrize("damage, why", [
@@ -41,7 +47,8 @@ def check_shard_error(message, path, *why):
     (lambda b: b[:8] + np.int32(0).tobytes() + b[12:1024], ("1024 bytes", " 0 tokens")),  # not 100
     (lambda b: b[:8] + np.int32(-1).tobytes() + b[12:], ("1224 bytes", "-1 tokens")),
     (lambda b: b"\0\0\0\0" + b[4:], ("magic 0 version 1", "20240520 version 1")),
-    (lambda b: b[:4] + np.int32(2).tobytes() + b[8:], ("magic 20240520 version 2", "20240520 version 1"))])
+    (lambda b: b[:4] + np.int32(2).tobytes() + b[8:],
+     ("magic 20240520 version 2", "20240520 version 1"))])
 def test_read_shard_rejects_a_damaged_file_naming_the_fix(tmp_path, damage, why):
     """Each damage in one line: what is wrong with the file, and the command that rebuilds it."""
     path = tmp_path / "shakespeare" / "train_000000.bin"
@@ -60,7 +67,8 @@ def test_read_shard_of_an_unreadable_path_says_why(tmp_path):
 
 
 def test_read_shard_maps_the_tokens_rather_than_reading_them(tmp_path):
-    """get_batch opens a shard for every batch: checking one reads its header, not its 64 MB of tokens."""
+    """get_batch opens a shard for every batch: checking one reads its header, not its 64 MB of
+    tokens."""
     import tracemalloc
     count, path = 2**25, tmp_path / "big.bin"
     header = np.zeros(256, np.int32)
@@ -79,14 +87,14 @@ def test_read_shard_maps_the_tokens_rather_than_reading_them(tmp_path):
 
 def test_write_shard_refuses_ids_beyond_uint16(tmp_path):
     for ids, shown in (([1, 65536], "1..65536"), ([-1, 7], "-1..7")):
-        mentions(error_of(write_shard, tmp_path / "s.bin", ids), f"token ids {shown}", "uint16", "0..65535",
-                 "smaller vocabulary")
+        mentions(error_of(write_shard, tmp_path / "s.bin", ids), f"token ids {shown}", "uint16",
+                 "0..65535", "smaller vocabulary")
     assert not any(tmp_path.iterdir())
 
 
 def test_json_files_are_utf8_with_one_value_a_line(tmp_path):
-    """meta.json, config.json, eval.json: read by people and diffed between runs, so each value has its own line
-    and a character table shows its characters, not \\u escapes."""
+    """meta.json, config.json, eval.json: read by people and diffed between runs, so each value has
+    its own line and a character table shows its characters, not \\u escapes."""
     obj = {"chars": "\n aé€", "shards": [1, 2], "nested": {"x": None}}
     write_json(tmp_path / "m.json", obj)
     text = (tmp_path / "m.json").read_text(encoding="utf-8")
@@ -97,14 +105,17 @@ def test_json_files_are_utf8_with_one_value_a_line(tmp_path):
 
 
 def test_get_batch_draws_every_window_of_every_shard_equally_often_and_no_other(tmp_path):
-    """A window is block_size + 1 tokens in one shard (x, and y one token on); a shard of block_size tokens
-    or fewer has none. Each token is its shard's number times 100 plus its position, so a row tells where it
-    was drawn."""
-    counts = [6, 3, 9]  # block_size 3: windows at 0..2 of the first shard, none in the second, 0..5 in the third
+    """A window is block_size + 1 tokens in one shard (x, and y one token on); a shard of block_size
+    tokens or fewer has none. Each token is its shard's number times 100 plus its position, so a row
+    tells where it was drawn."""
+    # block_size 3: windows at 0..2 of the first shard, none in the second, 0..5 in the third
+    counts = [6, 3, 9]
     paths = [tmp_path / f"train_{i:06d}.bin" for i in range(len(counts))]
     for i, (path, n) in enumerate(zip(paths, counts)):
         write_shard(path, 100 * i + np.arange(n))
-    cfg, rng, drawn = types.SimpleNamespace(block_size=3, batch_size=50), np.random.default_rng(0), []
+    cfg = types.SimpleNamespace(block_size=3, batch_size=50)
+    rng = np.random.default_rng(0)
+    drawn = []
     for _ in range(90):
         x, y = get_batch((paths, np.array(counts)), rng, cfg, "cpu")
         assert x.shape == y.shape == (50, 3) and x.dtype == y.dtype == torch.long
@@ -117,30 +128,36 @@ def test_get_batch_draws_every_window_of_every_shard_equally_often_and_no_other(
     assert max(seen.values()) < 1.25 * min(seen.values())  # 500 each, give or take sqrt(500)
 
 
-# ----------------------------------------------------------------------------- meta.json and tokenizers
+# ------------------------------------------------------------------------- meta.json and tokenizers
 
 @pytest.mark.parametrize("folder, command", [
-    ("data/shakespeare_char", "python prepare_data.py shakespeare_char"),  # a dataset where it is built by default
-    ("elsewhere/shakespeare_char", "python prepare_data.py shakespeare_char --out elsewhere/shakespeare_char"),
-    ("data/mine", "python prepare_data.py DATASET --out data/mine"),  # no dataset by that name: the user's to say
+    # a dataset where it is built by default
+    ("data/shakespeare_char", "python prepare_data.py shakespeare_char"),
+    ("elsewhere/shakespeare_char",
+     "python prepare_data.py shakespeare_char --out elsewhere/shakespeare_char"),
+    # no dataset by that name: the user's to say
+    ("data/mine", "python prepare_data.py DATASET --out data/mine"),
 ])
-def test_load_meta_of_an_unprepared_or_corrupt_folder_gives_the_command_that_builds_it(tmp_path, monkeypatch,
-                                                                                      folder, command):
+def test_load_meta_of_an_unprepared_or_corrupt_folder_gives_the_command_that_builds_it(
+        tmp_path, monkeypatch, folder, command):
     monkeypatch.chdir(tmp_path)
     mentions(error_of(load_meta, folder), folder, "not prepared", "meta.json", command)
     (tmp_path / folder).mkdir(parents=True)
-    good = dict(tokenizer="char", vocab_size=3, chars="abc", shards=dict(train=[dict(file="t.bin", tokens=9)],
-                                                                         val=[dict(file="v.bin", tokens=9)]))
+    good = dict(tokenizer="char", vocab_size=3, chars="abc",
+                shards=dict(train=[dict(file="t.bin", tokens=9)],
+                            val=[dict(file="v.bin", tokens=9)]))
     wrong_shapes = ['{"vocab_size": ',  # a build cut short while writing it
                     "[]", json.dumps({k: v for k, v in good.items() if k != "shards"}),
                     json.dumps(good | dict(tokenizer="gpt2")),  # edited over character shards
                     json.dumps(good | dict(chars="ab")), json.dumps(good | dict(tokenizer="bpe")),
-                    json.dumps(good | dict(shards=[])), json.dumps(good | dict(shards=dict(train=[], val=[]))),
+                    json.dumps(good | dict(shards=[])),
+                    json.dumps(good | dict(shards=dict(train=[], val=[]))),
                     json.dumps(good | dict(shards=dict(train=["t.bin"], val=[])))]
     for text in wrong_shapes:
         (tmp_path / folder / "meta.json").write_text(text)
         message = error_of(load_meta, folder)
-        assert f"{folder}/meta.json is corrupt" in message and message.endswith(f"run  {command} --force")
+        assert f"{folder}/meta.json is corrupt" in message \
+            and message.endswith(f"run  {command} --force")
     (tmp_path / folder / "meta.json").unlink()
     (tmp_path / folder / "meta.json").mkdir()
     assert f"{folder}/meta.json is corrupt" in error_of(load_meta, folder)
@@ -151,7 +168,8 @@ def test_load_meta_of_an_unprepared_or_corrupt_folder_gives_the_command_that_bui
 
 def test_without_gpt2s_bpe_files_the_error_says_how_to_work_offline(monkeypatch):
     tiktoken = pytest.importorskip("tiktoken")
-    monkeypatch.setattr(tiktoken, "get_encoding", lambda name: (_ for _ in ()).throw(ConnectionError(name)))
+    monkeypatch.setattr(tiktoken, "get_encoding",
+                        lambda name: (_ for _ in ()).throw(ConnectionError(name)))
     mentions(error_of(get_tokenizer, GPT2_META), "GPT-2 BPE", "ConnectionError", "offline",
              "TIKTOKEN_CACHE_DIR", "--tokenizer char")
 
@@ -164,7 +182,8 @@ def test_char_tokenizer_names_the_characters_it_does_not_know():
 
 @needs_gpt2
 def test_gpt2_encodes_the_end_of_text_marker_as_its_token():
-    """A prompt (sample.py) or a text may hold <|endoftext|>: it is GPT-2's document separator, token 50256."""
+    """A prompt (sample.py) or a text may hold <|endoftext|>: it is GPT-2's document separator,
+    token 50256."""
     encode, decode = get_tokenizer(GPT2_META)
     ids = encode("a<|endoftext|>b")
     assert ids.count(50256) == 1 and decode(ids) == "a<|endoftext|>b"
@@ -172,7 +191,8 @@ def test_gpt2_encodes_the_end_of_text_marker_as_its_token():
 
 def test_char_table_is_the_sorted_characters_and_their_count():
     assert char_table(["bca", "", "ab"]) == ("abc", 5)
-    every = "".join(map(chr, range(2**16)))  # a uint16 shard holds ids 0..65535: exactly 2**16 characters fit
+    # a uint16 shard holds ids 0..65535: exactly 2**16 characters fit
+    every = "".join(map(chr, range(2**16)))
     assert char_table([every[::-1]]) == (every, 2**16)
     mentions(error_of(char_table, [every, "\U00010000"]), "65,537 distinct characters", "uint16",
              "--tokenizer gpt2")
@@ -188,13 +208,16 @@ def test_gpt2_is_padded_to_a_multiple_of_64_and_a_character_table_is_not():
 def test_first_line_is_the_type_and_the_first_line_of_the_message_and_what_its_colon_introduces():
     assert first_line(OSError("\n  no such file\nmore")) == "OSError: no such file"
     assert first_line(ValueError()) == "ValueError: -"
-    assert first_line(RuntimeError("Error(s) in loading state_dict for GPT:\n\n\tMissing key(s): 'gate'.\n\tmore")) == (
-        "RuntimeError: Error(s) in loading state_dict for GPT: Missing key(s): 'gate'.")  # what the colon introduces
+    assert first_line(RuntimeError(
+        "Error(s) in loading state_dict for GPT:\n\n\tMissing key(s): 'gate'.\n\tmore")) == (
+        # what the colon introduces
+        "RuntimeError: Error(s) in loading state_dict for GPT: Missing key(s): 'gate'.")
     assert first_line(RuntimeError("nothing after:")) == "RuntimeError: nothing after:"
 
 
 def test_data_imports_without_torch():
-    """prepare_data.py runs where only numpy and tqdm are installed (CI checks it under Python 3.10)."""
+    """prepare_data.py runs where only numpy and tqdm are installed (CI checks it under Python
+    3.10)."""
     check = "import sys, data; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", check], cwd=ROOT, timeout=120).returncode == 0
 
@@ -211,8 +234,9 @@ def imports_of(path):
 
 
 def test_no_module_imports_a_command_line_tool_and_the_imports_have_no_cycle():
-    """The rooms are libraries the tools import, never the other way round (train.py and bench.py build the
-    default dataset with prepare_data.py: the one exception); following imports never comes back to a file."""
+    """The rooms are libraries the tools import, never the other way round (train.py and bench.py
+    build the default dataset with prepare_data.py: the one exception); following imports never
+    comes back to a file."""
     graph = {path.stem: imports_of(path) for path in ROOT.glob("*.py")}
     for module, imported in graph.items():
         allowed = {"prepare_data"} if module in ("train", "bench") else set()
@@ -239,16 +263,20 @@ data.run_cli(main)
 
 
 def test_run_cli_passes_argv_and_turns_ctrl_c_and_a_closed_pipe_into_one_line_and_their_status():
-    run = lambda *args: subprocess.run([sys.executable, "-c", RUN_CLI, *args], cwd=ROOT, capture_output=True,
-                                       text=True, timeout=120)
-    done, said, plain = run("go", "--x=1"), run("stop", "kept 3 shards: the same command resumes"), run("stop")
+    run = lambda *args: subprocess.run([sys.executable, "-c", RUN_CLI, *args], cwd=ROOT,
+                                       capture_output=True, text=True, timeout=120)
+    done = run("go", "--x=1")
+    said = run("stop", "kept 3 shards: the same command resumes")
+    plain = run("stop")
     assert (done.returncode, done.stdout, done.stderr) == (0, "['go', '--x=1']\n", "")
-    assert (said.returncode, said.stderr) == (130, "interrupted: kept 3 shards: the same command resumes\n")
+    assert (said.returncode, said.stderr) == (
+        130, "interrupted: kept 3 shards: the same command resumes\n")
     assert (plain.returncode, plain.stderr) == (
         130, "interrupted: stopped before the end; files are written whole or not at all\n")
-    # `| head -1`: the reader reads the first line and closes the pipe, and the lines after it have nowhere to go
-    piped = subprocess.Popen([sys.executable, "-c", RUN_CLI, "more"], cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    # `| head -1`: the reader reads the first line and closes the pipe, and the lines after it have
+    # nowhere to go
+    piped = subprocess.Popen([sys.executable, "-c", RUN_CLI, "more"], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert piped.stdout.readline() == "['more']\n"
     piped.stdout.close()
     assert (piped.wait(timeout=60), piped.stderr.read()) == (
@@ -256,13 +284,15 @@ def test_run_cli_passes_argv_and_turns_ctrl_c_and_a_closed_pipe_into_one_line_an
 
 
 def test_an_unusable_out_dir_is_one_line_naming_the_setting_and_the_path(tmp_path, monkeypatch):
-    """Empty, a file or under one, a symlink loop, a link to nothing, a pseudo-filesystem, no permission:
-    one line naming the setting and the path, and nothing made or left behind."""
+    """Empty, a file or under one, a symlink loop, a link to nothing, a pseudo-filesystem, no
+    permission: one line naming the setting and the path, and nothing made or left behind."""
     (tmp_path / "f").write_text("mine")
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     (tmp_path / "dangling").symlink_to(tmp_path / "gone")
-    check_out_dir(tmp_path / "new" / "deeper", "--out")  # made when missing, by the caller: not by the check
-    bad = {"": "is empty", tmp_path / "f": "is a file", tmp_path / "f" / "x": f"is under {tmp_path / 'f'}",
+    # made when missing, by the caller: not by the check
+    check_out_dir(tmp_path / "new" / "deeper", "--out")
+    bad = {"": "is empty", tmp_path / "f": "is a file",
+           tmp_path / "f" / "x": f"is under {tmp_path / 'f'}",
            tmp_path / "loop": "leads nowhere", tmp_path / "loop" / "x": "leads nowhere",
            tmp_path / "dangling" / "x": "leads nowhere", "/proc/nope/x": "cannot write in /proc",
            "/sys/kernel/nope": "cannot write in /sys/kernel"}

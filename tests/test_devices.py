@@ -1,7 +1,7 @@
-"""devices.py in this process: the device and dtype settings, the launch checks' one-line errors, micro-batches per
-process, one voice under torchrun, a process group of one, how a model is wrapped, and the signal counter. What
-needs several processes (DDP, FSDP over 2, a signal to one of them) is tests/test_fsdp.py's and
-test_reliability.py's."""
+"""devices.py in this process: the device and dtype settings, the launch checks' one-line errors,
+micro-batches per process, one voice under torchrun, a process group of one, how a model is wrapped,
+and the signal counter. What needs several processes (DDP, FSDP over 2, a signal to one of them) is
+tests/test_fsdp.py's and test_reliability.py's."""
 import os
 import signal
 import threading
@@ -32,9 +32,11 @@ def test_auto_is_this_machines_device_and_one_that_is_not_here_is_one_line(alone
     assert devices.pick_device("cpu") == "cpu"
     if not torch.cuda.is_available():
         message = error_of(devices.pick_device, "cuda")
-        assert message.startswith("error: device 'cuda' is not usable here (") and message.endswith(")")
+        assert message.startswith("error: device 'cuda' is not usable here (") \
+            and message.endswith(")")
         alone.setenv("LOCAL_RANK", "3")  # under torchrun a GPU is the process's own
-        assert error_of(devices.pick_device, "cuda").startswith("error: device 'cuda:3' is not usable here (")
+        assert error_of(devices.pick_device, "cuda").startswith(
+            "error: device 'cuda:3' is not usable here (")
     try:
         torch.empty(0, device="tpu")
     except RuntimeError as e:
@@ -51,13 +53,16 @@ def test_the_world_planned_is_torchruns_world_size_else_one(alone):
 def test_launches_that_cannot_run_are_one_line_before_any_process_group(alone):
     if torch.cuda.is_available():
         pytest.skip("checks a machine without CUDA")
-    assert devices.check_launch("cpu", "gloo", "fsdp") == devices.check_launch("auto", "auto", "ddp") == "cpu"
-    alone.setattr(dist, "is_nccl_available", lambda: True)  # a CUDA build's torch: still not on a CPU
+    assert devices.check_launch("cpu", "gloo", "fsdp") == \
+        devices.check_launch("auto", "auto", "ddp") == "cpu"
+    # a CUDA build's torch: still not on a CPU
+    alone.setattr(dist, "is_nccl_available", lambda: True)
     message = error_of(devices.check_launch, "cpu", "nccl", "ddp")
     mentions(message, "backend='nccl'", "CUDA", "'cpu'", "backend='gloo'", "'auto'")
     meta = "meta"  # a device torch makes tensors on, but no process group's
     assert devices.check_launch(meta, "auto", "ddp") == "meta"  # one process: any device
-    for parallel, world, cause in (("fsdp", "1", "parallel='fsdp'"), ("ddp", "2", "torchrun's processes")):
+    for parallel, world, cause in (("fsdp", "1", "parallel='fsdp'"),
+                                   ("ddp", "2", "torchrun's processes")):
         alone.setenv("WORLD_SIZE", world)
         message = error_of(devices.check_launch, meta, "auto", parallel)
         mentions(message, cause, "cuda or cpu", "'meta'")
@@ -65,36 +70,42 @@ def test_launches_that_cannot_run_are_one_line_before_any_process_group(alone):
 
 
 def steps(world, batch_size=4, block_size=8, accum=None, total=0):
-    cfg = types.SimpleNamespace(batch_size=batch_size, block_size=block_size, gradient_accumulation_steps=accum,
-                                total_batch_size=total)
+    cfg = types.SimpleNamespace(batch_size=batch_size, block_size=block_size,
+                                gradient_accumulation_steps=accum, total_batch_size=total)
     return devices.accumulation_steps(cfg, world), cfg.gradient_accumulation_steps
 
 
 @pytest.mark.parametrize("world, accum, total, per_process, written", [
     (1, None, 0, 1, 1), (4, None, 0, 1, 4),  # None: one micro-batch per process
     (1, 6, 0, 6, 6), (3, 6, 0, 2, 6), (6, 6, 0, 1, 6),
-    (1, None, 32 * 6, 6, 6), (2, 4, 32 * 6, 3, 6),  # total_batch_size wins over gradient_accumulation_steps
+    # total_batch_size wins over gradient_accumulation_steps
+    (1, None, 32 * 6, 6, 6), (2, 4, 32 * 6, 3, 6),
     (3, None, 32 * 6, 2, 6),
 ])
-def test_micro_batches_per_process_split_the_steps_global_count(world, accum, total, per_process, written):
-    """32 tokens a micro-batch; the global count is written back (config.json, a resume on another world)."""
+def test_micro_batches_per_process_split_the_steps_global_count(
+        world, accum, total, per_process, written):
+    """32 tokens a micro-batch; the global count is written back (config.json, a resume on another
+    world)."""
     counts = steps(world, accum=accum, total=total)
-    assert counts == (per_process, written) and all(type(n) is int for n in counts)  # range() takes them
+    # range() takes them
+    assert counts == (per_process, written) and all(type(n) is int for n in counts)
 
 
 def test_a_count_that_does_not_split_is_one_line_naming_the_multiple_to_use():
-    mentions(error_of(steps, 4, accum=6), "gradient_accumulation_steps=6", "4 processes", "multiple of 4",
-             "None")
+    mentions(error_of(steps, 4, accum=6), "gradient_accumulation_steps=6", "4 processes",
+             "multiple of 4", "None")
     mentions(error_of(steps, 1, total=100), "total_batch_size=100", "batch_size * block_size = 32",
              "change one")
-    mentions(error_of(steps, 4, total=32 * 6), "total_batch_size=192", "6 micro-batches", "32 tokens",
-             "4 processes", "multiple of 128")
-    message = error_of(steps, 1, block_size=0, total=64)  # no crash (the model's check names block_size 0)
+    mentions(error_of(steps, 4, total=32 * 6), "total_batch_size=192", "6 micro-batches",
+             "32 tokens", "4 processes", "multiple of 128")
+    # no crash (the model's check names block_size 0)
+    message = error_of(steps, 1, block_size=0, total=64)
     mentions(message, "total_batch_size=64", "batch_size * block_size = 0", "change one")
 
 
 @pytest.mark.parametrize("rank, code", [("0", "error: x"), ("1", 1), ("2", 1), (None, "error: x")])
-def test_under_torchrun_process_0_alone_prints_the_error_and_every_process_exits_1(alone, rank, code):
+def test_under_torchrun_process_0_alone_prints_the_error_and_every_process_exits_1(
+        alone, rank, code):
     if rank is not None:
         alone.setenv("RANK", rank)
     with pytest.raises(SystemExit) as e, devices.one_voice():
@@ -134,14 +145,18 @@ def test_under_torchrun_a_process_joins_the_group_its_variables_describe(alone):
 def test_the_process_of_a_run_has_its_device_dtype_context_and_micro_batches(alone):
     cfg = types.SimpleNamespace(backend="gloo", parallel="ddp", dtype="bfloat16")
     proc = devices.start(cfg, "cpu", 3)
-    assert (proc.rank, proc.world, proc.device, proc.dtype, proc.accum) == (0, 1, "cpu", "bfloat16", 3)
-    assert isinstance(proc.ctx, torch.autocast) and proc.ctx.fast_dtype == torch.bfloat16 and proc.master
+    assert (proc.rank, proc.world, proc.device, proc.dtype, proc.accum) == \
+        (0, 1, "cpu", "bfloat16", 3)
+    assert isinstance(proc.ctx, torch.autocast) and proc.ctx.fast_dtype == torch.bfloat16 \
+        and proc.master
     assert not dist.is_initialized()  # ddp alone: no group
-    assert isinstance(devices.start(types.SimpleNamespace(**vars(cfg) | dict(dtype="auto")), "cpu", 1).ctx,
+    assert isinstance(devices.start(types.SimpleNamespace(**vars(cfg) | dict(dtype="auto")),
+                                    "cpu", 1).ctx,
                       nullcontext)
     try:
         proc = devices.start(types.SimpleNamespace(**vars(cfg) | dict(parallel="fsdp")), "cpu", 1)
-        assert dist.is_initialized() and dist.get_world_size() == 1  # fsdp shards over a group, of one here
+        # fsdp shards over a group, of one here
+        assert dist.is_initialized() and dist.get_world_size() == 1
     finally:
         dist.destroy_process_group()
 
@@ -160,7 +175,8 @@ def test_processes_leave_together_and_the_barrier_stays_referenced(alone):
 def test_dtype_auto_is_bfloat16_on_cuda_only_and_float32_runs_without_autocast():
     assert [devices.pick_dtype("auto", d) for d in ("cuda", "cuda:1", "cpu", "mps")] == \
         ["bfloat16", "bfloat16", "float32", "float32"]
-    assert devices.pick_dtype("float32", "cuda") == "float32" and devices.pick_dtype("bfloat16", "cpu") == "bfloat16"
+    assert devices.pick_dtype("float32", "cuda") == "float32" \
+        and devices.pick_dtype("bfloat16", "cpu") == "bfloat16"
     assert isinstance(devices.autocast("cpu", "float32"), nullcontext)
     ctx = devices.autocast("cpu", "bfloat16")
     with ctx:
@@ -176,8 +192,8 @@ def test_only_the_master_speaks(capsys):
 
 
 def test_compile_none_compiles_on_cuda_only():
-    for setting, device, compiled in ((None, "cuda:0", True), (None, "cpu", False), (True, "cpu", True),
-                                      (False, "cuda", False)):
+    for setting, device, compiled in ((None, "cuda:0", True), (None, "cpu", False),
+                                      (True, "cpu", True), (False, "cuda", False)):
         assert devices.compiles(types.SimpleNamespace(compile=setting), device) is compiled
 
 
@@ -191,9 +207,12 @@ def test_one_ddp_process_trains_the_model_itself_each_block_checkpointed_when_as
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
     model, x = tiny(), torch.arange(16).view(2, 8)
     loss = model(x, x)[1]
-    cfg = types.SimpleNamespace(compile=None, parallel="ddp", activation_checkpointing=checkpointing)
-    train_model, eval_model = devices.parallelize(model, cfg, devices.Process(0, 1, "cpu", "float32", None, 1))
-    assert train_model is eval_model is model  # no wrapper for one process, no compiling on a CPU by default
+    cfg = types.SimpleNamespace(compile=None, parallel="ddp",
+                                activation_checkpointing=checkpointing)
+    train_model, eval_model = devices.parallelize(model, cfg,
+                                                  devices.Process(0, 1, "cpu", "float32", None, 1))
+    # no wrapper for one process, no compiling on a CPU by default
+    assert train_model is eval_model is model
     assert [isinstance(b, CheckpointWrapper) for b in model.transformer.h] == [checkpointing] * 2
     assert torch.equal(train_model(x, x)[1], loss)  # each wrapper holds its block
 
@@ -204,22 +223,26 @@ def test_ddp_wraps_the_model_of_several_processes_and_evaluates_the_model_inside
     try:
         model = tiny()
         cfg = types.SimpleNamespace(compile=False, parallel="ddp", activation_checkpointing=False)
-        train_model, eval_model = devices.parallelize(model, cfg, devices.Process(0, 2, "cpu", "float32", None, 1))
+        train_model, eval_model = devices.parallelize(
+            model, cfg, devices.Process(0, 2, "cpu", "float32", None, 1))
         assert isinstance(train_model, DDP) and train_model.module is model and eval_model is model
-        assert train_model.device_ids is None and train_model.gradient_as_bucket_view  # CPU: no device ids
+        # CPU: no device ids
+        assert train_model.device_ids is None and train_model.gradient_as_bucket_view
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_fsdp_on_a_cpu_keeps_fp32_weights_whatever_the_dtype(alone, dtype):
-    """bf16 weights gathered for the blocks are CUDA's only: CPU autocast computes in the weights' dtype."""
+    """bf16 weights gathered for the blocks are CUDA's only: CPU autocast computes in the weights'
+    dtype."""
     devices.setup_distributed("cpu", group=True)
     try:
         model = tiny()
         cfg = types.SimpleNamespace(compile=False, parallel="fsdp", activation_checkpointing=False)
         devices.parallelize(model, cfg, devices.Process(0, 1, "cpu", dtype, None, 1))
-        assert [b._get_fsdp_state()._mp_policy.param_dtype for b in model.transformer.h] == [None, None]
+        assert [b._get_fsdp_state()._mp_policy.param_dtype for b in model.transformer.h] == \
+            [None, None]
     finally:
         dist.destroy_process_group()
 
@@ -227,20 +250,25 @@ def test_fsdp_on_a_cpu_keeps_fp32_weights_whatever_the_dtype(alone, dtype):
 def test_compile_wraps_the_model_for_ddp_and_each_block_for_fsdp(alone):
     model = tiny()
     cfg = types.SimpleNamespace(compile=True, parallel="ddp", activation_checkpointing=False)
-    train_model, eval_model = devices.parallelize(model, cfg, devices.Process(0, 1, "cpu", "float32", None, 1))
-    assert train_model is eval_model and isinstance(train_model, torch._dynamo.eval_frame.OptimizedModule)
+    train_model, eval_model = devices.parallelize(model, cfg,
+                                                  devices.Process(0, 1, "cpu", "float32", None, 1))
+    assert train_model is eval_model \
+        and isinstance(train_model, torch._dynamo.eval_frame.OptimizedModule)
     assert train_model._orig_mod is model
-    assert [b._compiled_call_impl for b in model.transformer.h] == [None, None]  # one graph: the whole model's
+    # one graph: the whole model's
+    assert [b._compiled_call_impl for b in model.transformer.h] == [None, None]
     devices.setup_distributed("cpu", group=True)
     try:
         from torch.distributed.fsdp import FSDPModule
         for compiled in (True, False):
             model = tiny()
             cfg.parallel, cfg.compile = "fsdp", compiled
-            train_model, eval_model = devices.parallelize(model, cfg, devices.Process(0, 1, "cpu", "float32", None, 1))
+            train_model, eval_model = devices.parallelize(
+                model, cfg, devices.Process(0, 1, "cpu", "float32", None, 1))
             assert train_model is eval_model is model and isinstance(model, FSDPModule)
             assert [isinstance(b, FSDPModule) for b in model.transformer.h] == [True, True]
-            assert [b._compiled_call_impl is not None for b in model.transformer.h] == [compiled] * 2
+            assert [b._compiled_call_impl is not None for b in model.transformer.h] == \
+                [compiled] * 2
     finally:
         dist.destroy_process_group()
 
@@ -261,8 +289,9 @@ def test_signals_are_counted_and_the_handlers_from_before_come_back(capfd):
 
 
 def test_the_third_sigint_stops_at_once_by_sigints_own_default(monkeypatch, capfd):
-    """Called as the signals would call it: the third SIGINT (SIGTERMs between do not count) puts back SIGINT's
-    default action and sends it again, which ends the process (here the kill is recorded instead)."""
+    """Called as the signals would call it: the third SIGINT (SIGTERMs between do not count) puts
+    back SIGINT's default action and sends it again, which ends the process (here the kill is
+    recorded instead)."""
     kills = []
     monkeypatch.setattr(os, "kill", lambda pid, signum: kills.append((pid, signum)))
     signals = train.Signals()
@@ -276,18 +305,21 @@ def test_the_third_sigint_stops_at_once_by_sigints_own_default(monkeypatch, capf
             deliver(signum)
         assert kills == [] and signal.getsignal(signal.SIGINT) == signals.on_signal
         deliver(signal.SIGINT)
-        assert kills == [(os.getpid(), signal.SIGINT)] and signal.getsignal(signal.SIGINT) == signal.SIG_DFL
+        assert kills == [(os.getpid(), signal.SIGINT)] \
+            and signal.getsignal(signal.SIGINT) == signal.SIG_DFL
     finally:
         signals.restore()
     line = "{}: saving a checkpoint after this step (the third SIGINT stops at once)\n"
-    assert capfd.readouterr().err == (line.format("SIGINT") + line.format("SIGTERM") + line.format("SIGINT")
-                                      + "SIGINT three times: stopping now, without a checkpoint\n"
-                                      + line.format("SIGINT"))
+    assert capfd.readouterr().err == \
+        (line.format("SIGINT") + line.format("SIGTERM") + line.format("SIGINT")
+         + "SIGINT three times: stopping now, without a checkpoint\n"
+         + line.format("SIGINT"))
 
 
 def test_three_sigints_that_land_within_one_step_are_three(monkeypatch, capfd):
-    """Ctrl-C three times while a step computes: Python runs the handler once, after the step's C call,
-    yet each SIGINT counts, and the third stops at once (here the kill is recorded instead)."""
+    """Ctrl-C three times while a step computes: Python runs the handler once, after the step's C
+    call, yet each SIGINT counts, and the third stops at once (here the kill is recorded
+    instead)."""
     signals = train.Signals()
     kills = []
     monkeypatch.setattr(os, "kill", lambda pid, signum: kills.append(signum))
@@ -302,7 +334,8 @@ def test_three_sigints_that_land_within_one_step_are_three(monkeypatch, capfd):
         a = torch.randn(1200, 1200) / 40
         sender = threading.Thread(target=ctrl_c_three_times)
         sender.start()
-        torch.linalg.matrix_power(a, 2**12)  # one C call, the GIL released: the sender's signals land in it
+        # one C call, the GIL released: the sender's signals land in it
+        torch.linalg.matrix_power(a, 2**12)
         sender.join(timeout=60)
         torch.zeros(1).add_(1)  # back in Python: the handler runs
     finally:

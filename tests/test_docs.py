@@ -1,5 +1,6 @@
-"""The README and docs/ hold together: every relative link reaches a file (and its heading), every page and
-figure under docs/ is reachable, and the README stays a page with CI's test command in it."""
+"""The README and docs/ hold together: every relative link reaches a file (and its heading), every
+page and figure under docs/ is reachable, and the README stays a page with CI's test command in
+it."""
 import json
 import re
 
@@ -13,12 +14,14 @@ LINK = re.compile(r"!?\[[^]]*]\(([^)\s]+)\)")  # [text](target) and ![alt](targe
 
 
 def prose(page):
-    """The page's text outside fenced code blocks (a diff's or a YAML's '#' lines are not headings)."""
+    """The page's text outside fenced code blocks (a diff's or a YAML's '#' lines are not
+    headings)."""
     return re.sub(r"^```.*?^```$", "", page.read_text(), flags=re.S | re.M)
 
 
 def anchors(page):
-    """GitHub's ids of the page's headings: lower case, punctuation dropped, spaces to hyphens, repeats -1, -2."""
+    """GitHub's ids of the page's headings: lower case, punctuation dropped, spaces to hyphens,
+    repeats -1, -2."""
     ids = []
     for heading in re.findall(r"^#+ (.+)$", prose(page), re.M):
         slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
@@ -43,7 +46,8 @@ def test_every_relative_link_reaches_a_file_and_its_heading(page):
     for target, anchor in links:
         assert target.is_file(), f"{page.name} links to {target}, which does not exist"
         if anchor:
-            assert anchor in anchors(target), f"{page.name} links to #{anchor}, not a heading of {target.name}"
+            assert anchor in anchors(target), \
+                f"{page.name} links to #{anchor}, not a heading of {target.name}"
 
 
 def test_every_page_under_docs_is_linked_from_the_readme():
@@ -52,7 +56,8 @@ def test_every_page_under_docs_is_linked_from_the_readme():
 
 
 def test_every_figure_under_docs_is_shown_on_a_page_and_opens():
-    shown = {target for page in PAGES for target, _ in relative_links(page) if target.suffix == ".png"}
+    shown = {target for page in PAGES for target, _ in relative_links(page)
+             if target.suffix == ".png"}
     pngs = set((ROOT / "docs").rglob("*.png"))
     assert shown == pngs
     for name in pngs:
@@ -63,15 +68,18 @@ def test_every_figure_under_docs_is_shown_on_a_page_and_opens():
 def test_the_readme_is_a_page_that_holds_cis_test_command():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 350, "the README is the front page: long material goes to docs/"
-    assert any(line.startswith("python -m pytest") for line in lines), ".ci/run runs this line as the test command"
+    assert any(line.startswith("python -m pytest") for line in lines), \
+        ".ci/run runs this line as the test command"
 
 
-OUTSIDE = "NORM_MODES" + ".md"  # the specification's name before it came into docs/ (split: not itself a hit)
+# the specification's name before it came into docs/ (split: not itself a hit)
+OUTSIDE = "NORM_MODES" + ".md"
 
 
 def test_every_section_the_code_and_docs_cite_is_a_heading_of_the_spec():
-    """A § in a comment, config, test or page names a section of docs/spec.md (a paper's own section is
-    cited with the paper's name on the same line); no file points at a specification outside the repository."""
+    """A § in a comment, config, test or page names a section of docs/spec.md (a paper's own
+    section is cited with the paper's name on the same line); no file points at a specification
+    outside the repository."""
     spec = (ROOT / "docs" / "spec.md").read_text()
     headings = set(re.findall(r"^#+ §(\d+(?:\.\d+)*)", spec, re.M))
     files = [p for p in ROOT.rglob("*") if p.suffix in (".py", ".md") and ".git" not in p.parts
@@ -88,14 +96,16 @@ def test_every_section_the_code_and_docs_cite_is_a_heading_of_the_spec():
 
 
 def test_the_first_screen_of_the_readme_installs_runs_and_tests():
-    """A newcomer's path: set-up, a first run and the test command within the README's first 25 lines."""
+    """A newcomer's path: set-up, a first run and the test command within the README's first 25
+    lines."""
     first = (ROOT / "README.md").read_text().splitlines()[:25]
     for start in ("pip install -r requirements.txt", "python train.py", "python -m pytest"):
         assert any(line.startswith(start) for line in first), start
 
 
 def test_committed_runs_hold_no_machine_paths():
-    """A run committed under docs/ says where it lives relative to the repository, not on whose machine."""
+    """A run committed under docs/ says where it lives relative to the repository, not on whose
+    machine."""
     for path in (ROOT / "docs").rglob("config.json"):
         text = path.read_text()
         assert '"/' not in text and "\\\\" not in text, path

@@ -1,6 +1,7 @@
-"""parallel='fsdp' (FSDP2), activation checkpointing, sharded checkpoints and the memory estimate: fsdp trains
-as ddp does, resumes from either kind of checkpoint on any number of processes, survives a kill during a save,
-and sample.py reads what it writes. Two processes on gloo, tiny models, CPU."""
+"""parallel='fsdp' (FSDP2), activation checkpointing, sharded checkpoints and the memory estimate:
+fsdp trains as ddp does, resumes from either kind of checkpoint on any number of processes, survives
+a kill during a save, and sample.py reads what it writes. Two processes on gloo, tiny models,
+CPU."""
 import dataclasses
 import json
 import os
@@ -24,12 +25,15 @@ import train
 from conftest import ROOT, assert_same_records, logged_numbers, mentions, torchrun, torchrun_mains
 from model import GPT, GPTConfig, NORM_MODES
 
-TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
-        "--eval_iters=3", "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3", "--lr_decay_iters=10"]
+TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32",
+        "--batch_size=4", "--eval_iters=3", "--log_interval=1", "--warmup_iters=2",
+        "--learning_rate=3e-3", "--lr_decay_iters=10"]
 VARIANTS = dict(pre=[], deep=["--norm_mode=deep"], geonorm=["--norm_mode=geonorm"],
                 simplenorm=["--norm_mode=simplenorm"],
-                gpas_clipped=["--gpas=True", "--gpas_gate_clip=1e-4"],  # a clip on the gates' shards
-                llama_simplenorm_gqa=["--arch=llama", "--norm_mode=simplenorm", "--n_kv_head=1", "--multiple_of=16"])
+                # a clip on the gates' shards
+                gpas_clipped=["--gpas=True", "--gpas_gate_clip=1e-4"],
+                llama_simplenorm_gqa=["--arch=llama", "--norm_mode=simplenorm", "--n_kv_head=1",
+                                      "--multiple_of=16"])
 CLIP = 0.05  # below every gradient norm of these runs: clipping is active at every step
 # train.main, whose save of step 2 stops before DCP writes the shards, for a kill -9 to land there
 SLOW_SAVE = f"""
@@ -61,25 +65,29 @@ def grad_norms(out_dir):
 
 
 def assert_close(a, b, tol=1e-5):
-    assert [i for i, _ in a] == [i for i, _ in b] and max(abs(x - y) for (_, x), (_, y) in zip(a, b)) < tol, (a, b)
+    assert [i for i, _ in a] == [i for i, _ in b] \
+        and max(abs(x - y) for (_, x), (_, y) in zip(a, b)) < tol, (a, b)
 
 
 @pytest.fixture(scope="module")
 def two_processes(data_dir, tmp_path_factory):
-    """Every run that needs two processes, in one torchrun launch: each mode under ddp and fsdp for 10 steps
-    (2 processes x 2 micro-batches, clipped); fsdp stopped at 5 and resumed; one more stopped at 5 for the tests
-    to resume; a ddp checkpoint at 5 resumed under fsdp; fsdp with activation checkpointing. Returns the root."""
+    """Every run that needs two processes, in one torchrun launch: each mode under ddp and fsdp for
+    10 steps (2 processes x 2 micro-batches, clipped); fsdp stopped at 5 and resumed; one more
+    stopped at 5 for the tests to resume; a ddp checkpoint at 5 resumed under fsdp; fsdp with
+    activation checkpointing. Returns the root."""
     root = tmp_path_factory.mktemp("two")
-    common = [f"--data_dir={data_dir}", *TINY, "--gradient_accumulation_steps=4", f"--grad_clip={CLIP}",
-              "--eval_interval=10"]
+    common = [f"--data_dir={data_dir}", *TINY, "--gradient_accumulation_steps=4",
+              f"--grad_clip={CLIP}", "--eval_interval=10"]
     runs = [[*args, f"--parallel={p}", f"--out_dir={root / f'{v}_{p}'}"]
             for v, args in VARIANTS.items() for p in ("ddp", "fsdp")]
     runs += [["--parallel=fsdp", "--max_iters=5", f"--out_dir={root / 'fsdp_parts'}"],
              ["--max_iters=10", "--init_from=resume", f"--out_dir={root / 'fsdp_parts'}"],
              ["--parallel=fsdp", "--max_iters=5", f"--out_dir={root / 'fsdp_at_5'}"],
              ["--parallel=ddp", "--max_iters=5", f"--out_dir={root / 'ddp_then_fsdp'}"],
-             ["--parallel=fsdp", "--max_iters=10", "--init_from=resume", f"--out_dir={root / 'ddp_then_fsdp'}"],
-             ["--parallel=fsdp", "--activation_checkpointing=True", f"--out_dir={root / 'fsdp_checkpointed'}"],
+             ["--parallel=fsdp", "--max_iters=10", "--init_from=resume",
+              f"--out_dir={root / 'ddp_then_fsdp'}"],
+             ["--parallel=fsdp", "--activation_checkpointing=True",
+              f"--out_dir={root / 'fsdp_checkpointed'}"],
              ["--parallel=fsdp", "--gradient_accumulation_steps=None", "--max_iters=2",
               f"--out_dir={root / 'default'}"]]
     result = torchrun_mains([common + ["--max_iters=10"] + r for r in runs], root, timeout=600)
@@ -100,11 +108,14 @@ def test_fsdp_and_ddp_give_the_same_losses_with_accumulation_and_clipping(two_pr
 
 def test_fsdp_resumes_exactly_from_its_own_and_from_a_ddp_checkpoint(two_processes):
     whole = losses(two_processes / "pre_fsdp")
-    assert losses(two_processes / "fsdp_parts") == whole  # stopped at 5, resumed on 2 processes: bit for bit
+    # stopped at 5, resumed on 2 processes: bit for bit
+    assert losses(two_processes / "fsdp_parts") == whole
     assert_close(losses(two_processes / "ddp_then_fsdp"), whole)  # 5 steps under ddp, 5 under fsdp
-    assert_close(losses(two_processes / "fsdp_checkpointed"), whole, 1e-6)  # activation checkpointing changes nothing
+    # activation checkpointing changes nothing
+    assert_close(losses(two_processes / "fsdp_checkpointed"), whole, 1e-6)
     assert os.readlink(two_processes / "fsdp_parts" / "ckpt") == "ckpt-10"
-    assert sorted(p.name for p in (two_processes / "ddp_then_fsdp").iterdir() if p.name.startswith("ckpt")) == \
+    assert sorted(p.name for p in (two_processes / "ddp_then_fsdp").iterdir()
+                  if p.name.startswith("ckpt")) == \
         ["ckpt", "ckpt-10"]  # the sharded checkpoint replaced ckpt.pt
     shards = sorted(p.name for p in (two_processes / "fsdp_parts" / "ckpt").iterdir())
     assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp", "checksums.json", "run.json"]
@@ -112,18 +123,23 @@ def test_fsdp_resumes_exactly_from_its_own_and_from_a_ddp_checkpoint(two_process
 
 def test_the_default_accumulation_is_one_micro_batch_per_process_and_is_recorded(two_processes):
     """gradient_accumulation_steps=None on 2 processes: 2 micro-batches a step, one each, written to
-    config.json and the checkpoint as 2: a resume on any number of processes keeps the tokens per step."""
+    config.json and the checkpoint as 2: a resume on any number of processes keeps the tokens per
+    step."""
     saved = json.loads((two_processes / "default" / "config.json").read_text())["config"]
     assert saved["gradient_accumulation_steps"] == 2
     assert [i for i, _ in losses(two_processes / "default")] == [1, 2]
-    assert checkpoint.load_checkpoint(two_processes / "default")["config"]["gradient_accumulation_steps"] == 2
+    assert checkpoint.load_checkpoint(
+        two_processes / "default")["config"]["gradient_accumulation_steps"] == 2
 
 
-def test_a_check_that_fails_under_torchrun_is_one_line_from_process_0_and_writes_nothing(data_dir, tmp_path):
-    """Every process makes the same checks before anything is written: process 0 alone prints the line, the
-    others exit 1 silently (unless torchrun stops them first, and then adds its own report of the failure)."""
-    result = torchrun([os.path.join(ROOT, "train.py"), f"--data_dir={data_dir}", *TINY, "--parallel=fsdp",
-                       "--gradient_accumulation_steps=3", f"--out_dir={tmp_path / 'out'}"], timeout=300)
+def test_a_check_that_fails_under_torchrun_is_one_line_from_process_0_and_writes_nothing(
+        data_dir, tmp_path):
+    """Every process makes the same checks before anything is written: process 0 alone prints the
+    line, the others exit 1 silently (unless torchrun stops them first, and then adds its own report
+    of the failure)."""
+    result = torchrun([os.path.join(ROOT, "train.py"), f"--data_dir={data_dir}", *TINY,
+                       "--parallel=fsdp", "--gradient_accumulation_steps=3",
+                       f"--out_dir={tmp_path / 'out'}"], timeout=300)
     assert result.returncode != 0 and result.stdout == ""
     assert result.stderr.count("error: ") == 1 and list(tmp_path.iterdir()) == []
     [line] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
@@ -135,8 +151,8 @@ def test_a_sharded_checkpoint_resumes_on_one_process(two_processes, data_dir, tm
     for parallel in ("ddp", "fsdp"):  # plain, and fsdp over a group of one
         out = tmp_path / parallel
         subprocess.run(["cp", "-a", str(two_processes / "fsdp_at_5"), str(out)], check=True)
-        train.main([f"--data_dir={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=10",
-                    f"--parallel={parallel}"])
+        train.main([f"--data_dir={data_dir}", f"--out_dir={out}", "--init_from=resume",
+                    "--max_iters=10", f"--parallel={parallel}"])
         assert_close(losses(out), whole)
         assert checkpoint.find_checkpoint(out).name == ("ckpt.pt" if parallel == "ddp" else "ckpt")
 
@@ -144,11 +160,12 @@ def test_a_sharded_checkpoint_resumes_on_one_process(two_processes, data_dir, tm
 def test_sample_reads_a_sharded_checkpoint(two_processes):
     folder = two_processes / "pre_fsdp"
     model, meta = checkpoint.load_model(str(folder), "cpu")
-    reference, _ = checkpoint.load_model(str(two_processes / "pre_ddp"), "cpu")  # ckpt.pt, ~the same weights
+    # ckpt.pt, ~the same weights
+    reference, _ = checkpoint.load_model(str(two_processes / "pre_ddp"), "cpu")
     for (name, p), q in zip(model.state_dict().items(), reference.state_dict().values()):
         assert torch.allclose(p, q, atol=1e-5), name
-    (text,) = sample.main([f"--out_dir={folder}", "--device=cpu", "--num_samples=1", "--max_new_tokens=20",
-                           "--start=ROMEO:"])
+    (text,) = sample.main([f"--out_dir={folder}", "--device=cpu", "--num_samples=1",
+                           "--max_new_tokens=20", "--start=ROMEO:"])
     assert text.startswith("ROMEO:") and len(text) == 26
 
 
@@ -160,10 +177,12 @@ def test_activation_checkpointing_gives_the_same_gradients_and_keeps_less(mode, 
     grads, kept = [], []
     for checkpointing in (False, True):
         torch.manual_seed(0)
-        model = GPT(GPTConfig(n_layer=3, n_head=2, n_embd=32, block_size=16, vocab_size=50, norm_mode=mode,
-                              dropout=dropout))
-        cfg = types.SimpleNamespace(compile=False, parallel="ddp", activation_checkpointing=checkpointing)
-        train_model, _ = devices.parallelize(model, cfg, devices.Process(0, 1, "cpu", "float32", None, 1))
+        model = GPT(GPTConfig(n_layer=3, n_head=2, n_embd=32, block_size=16, vocab_size=50,
+                              norm_mode=mode, dropout=dropout))
+        cfg = types.SimpleNamespace(compile=False, parallel="ddp",
+                                    activation_checkpointing=checkpointing)
+        train_model, _ = devices.parallelize(model, cfg,
+                                             devices.Process(0, 1, "cpu", "float32", None, 1))
         x = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(1))
         storages = {}
         def pack(t):
@@ -174,16 +193,18 @@ def test_activation_checkpointing_gives_the_same_gradients_and_keeps_less(mode, 
             loss = train_model(x, x)[1]
         loss.backward()
         kept.append(sum(storages.values()))
-        grads.append({n.replace("_checkpoint_wrapped_module.", ""): p.grad for n, p in model.named_parameters()})
-        assert list(model.state_dict()) == list(GPT(model.config).state_dict())  # checkpoints keep their keys
+        grads.append({n.replace("_checkpoint_wrapped_module.", ""): p.grad
+                      for n, p in model.named_parameters()})
+        # checkpoints keep their keys
+        assert list(model.state_dict()) == list(GPT(model.config).state_dict())
     assert grads[0].keys() == grads[1].keys()
     assert all(torch.equal(grads[0][k], grads[1][k]) for k in grads[0])
     assert kept[1] < 0.6 * kept[0]
 
 
 def fsdp_run(data_dir, out_dir, *args):
-    train.main([f"--data_dir={data_dir}", f"--out_dir={out_dir}", *TINY, "--parallel=fsdp", "--eval_interval=1",
-                "--eval_iters=1", *args])
+    train.main([f"--data_dir={data_dir}", f"--out_dir={out_dir}", *TINY, "--parallel=fsdp",
+                "--eval_interval=1", "--eval_iters=1", *args])
 
 
 class Killed(BaseException):
@@ -195,25 +216,27 @@ def die(*args, **kwargs):
 
 
 @pytest.mark.parametrize("moment, first, second, survivor", [
-    ("shards written, no .metadata", "fsdp", "fsdp", 1), ("shards written, no checksums", "fsdp", "fsdp", 1),
-    ("ckpt.pt written, no checksums", "ddp", "ddp", 1), ("before the link moves", "fsdp", "fsdp", 1),
+    ("shards written, no .metadata", "fsdp", "fsdp", 1),
+    ("shards written, no checksums", "fsdp", "fsdp", 1),
+    ("ckpt.pt written, no checksums", "ddp", "ddp", 1),
+    ("before the link moves", "fsdp", "fsdp", 1),
     ("link moved, old folder not deleted", "fsdp", "fsdp", 2),
     ("ckpt.pt written, sharded not deleted", "fsdp", "ddp", 2),
     ("link moved, ckpt.pt not deleted", "ddp", "fsdp", 2),
     ("checksums of the new ckpt.pt recorded, the old one not replaced", "ddp", "ddp", 1)])
-def test_a_kill_during_a_save_leaves_a_whole_checkpoint(data_dir, tmp_path, monkeypatch, moment, first,
-                                                        second, survivor):
-    """Every step saves; the save at step 2 dies at one moment. The checkpoint found then is a whole one, step 1's
-    or step 2's, its checksums fit it, and the run resumes from it. Some switch from one kind of checkpoint to
-    the other."""
+def test_a_kill_during_a_save_leaves_a_whole_checkpoint(data_dir, tmp_path, monkeypatch, moment,
+                                                        first, second, survivor):
+    """Every step saves; the save at step 2 dies at one moment. The checkpoint found then is a whole
+    one, step 1's or step 2's, its checksums fit it, and the run resumes from it. Some switch from
+    one kind of checkpoint to the other."""
     fsdp_run(data_dir, tmp_path, "--max_iters=1", f"--parallel={first}")
     replace, write_json = os.replace, checkpoint.write_json
     if moment.startswith("shards written, no .metadata"):
         monkeypatch.setattr(dcp.FileSystemWriter, "finish", die)
     elif moment.endswith("no checksums"):
         sums = "checksums.json" if first == "fsdp" else "ckpt.pt.crc32.json"
-        monkeypatch.setattr(checkpoint, "write_json", lambda path, obj: die() if path.name == sums else
-                            write_json(path, obj))
+        monkeypatch.setattr(checkpoint, "write_json",
+                            lambda path, obj: die() if path.name == sums else write_json(path, obj))
     elif moment.startswith("before") or moment.endswith("not replaced"):
         dst = tmp_path / ("ckpt" if moment.startswith("before") else "ckpt.pt")
         monkeypatch.setattr(os, "replace", lambda src, to: die() if to == dst else replace(src, to))
@@ -230,11 +253,12 @@ def test_a_kill_during_a_save_leaves_a_whole_checkpoint(data_dir, tmp_path, monk
 
 
 def test_kill_9_in_the_middle_of_a_sharded_save(data_dir, tmp_path):
-    """A real SIGKILL while DCP writes the step 2 checkpoint (held there by a sleep): step 1's loads."""
+    """A real SIGKILL while DCP writes the step 2 checkpoint (held there by a sleep): step 1's
+    loads."""
     script = tmp_path / "slow_save.py"
     script.write_text(SLOW_SAVE)
-    args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--parallel=fsdp", "--eval_interval=1",
-            "--eval_iters=1", "--max_iters=3"]
+    args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, "--parallel=fsdp",
+            "--eval_interval=1", "--eval_iters=1", "--max_iters=3"]
     proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while proc.stdout.readline().strip() != "saving":
@@ -251,14 +275,18 @@ def test_per_block_compile_under_fsdp_trains_and_saves_as_eager(data_dir, tmp_pa
         compiled.append(args)
         return compile(*args, **kwargs | dict(backend="eager"))
     monkeypatch.setattr(torch, "compile", eager)
-    fsdp_run(data_dir, tmp_path / "compiled", "--max_iters=3", "--compile=True", "--activation_checkpointing=True")
-    assert len(compiled) == 2  # each of the 2 blocks on its own (nn.Module.compile calls torch.compile)
+    fsdp_run(data_dir, tmp_path / "compiled", "--max_iters=3", "--compile=True",
+             "--activation_checkpointing=True")
+    # each of the 2 blocks on its own (nn.Module.compile calls torch.compile)
+    assert len(compiled) == 2
     fsdp_run(data_dir, tmp_path / "eager", "--max_iters=3")
     assert_close(losses(tmp_path / "compiled"), losses(tmp_path / "eager"), 1e-6)
-    checkpoint.load_model(str(tmp_path / "compiled"), "cpu")  # no _orig_mod. or wrapper prefixes in the keys
+    # no _orig_mod. or wrapper prefixes in the keys
+    checkpoint.load_model(str(tmp_path / "compiled"), "cpu")
 
 
-def test_parallel_is_ddp_or_fsdp():  # what fsdp cannot serve: test_train.py's checks only train.py makes
+# what fsdp cannot serve: test_train.py's checks only train.py makes
+def test_parallel_is_ddp_or_fsdp():
     with pytest.raises(SystemExit, match="^error: parallel must be one of ddp, fsdp, got 'zero3'"):
         train.configure(["--parallel=zero3"])
 
@@ -269,9 +297,10 @@ def test_parallel_is_ddp_or_fsdp():  # what fsdp cannot serve: test_train.py's c
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 @pytest.mark.parametrize("mode", NORM_MODES)
 def test_block_activations_are_counted_from_a_narrow_copy(mode, arch, dtype):
-    """The narrow copies' counts, extrapolated to the width, against the same count taken at the width itself."""
-    config = GPTConfig(n_layer=2, n_head=4, n_embd=256, block_size=64, vocab_size=64, norm_mode=mode, arch=arch,
-                       multiple_of=1)
+    """The narrow copies' counts, extrapolated to the width, against the same count taken at the
+    width itself."""
+    config = GPTConfig(n_layer=2, n_head=4, n_embd=256, block_size=64, vocab_size=64,
+                       norm_mode=mode, arch=arch, multiple_of=1)
     wide = measure.block_activation_bytes(config, dtype, width=config.n_embd)
     assert measure.block_activation_bytes(config, dtype) == pytest.approx(wide, rel=0.005)
     # at least the vectors any block keeps (reorder, with no norm before f, keeps the fewest)
@@ -283,40 +312,51 @@ def test_memory_estimate_shards_the_state_and_checkpointing_shrinks_activations(
     n = sum(p.numel() for p in model.parameters())
     cfg = types.SimpleNamespace(batch_size=8, parallel="ddp", activation_checkpointing=False)
     ddp = measure.memory_estimate(model, cfg, 4, "float32")
-    assert (ddp["parameters"], ddp["gradients"], ddp["optimizer"]) == (4 * n, 4 * n, 8 * n)  # AdamW: 16 bytes each
-    fsdp = measure.memory_estimate(model, types.SimpleNamespace(**vars(cfg) | dict(parallel="fsdp")), 4, "float32")
+    # AdamW: 16 bytes each
+    assert (ddp["parameters"], ddp["gradients"], ddp["optimizer"]) == (4 * n, 4 * n, 8 * n)
+    fsdp = measure.memory_estimate(model, types.SimpleNamespace(**vars(cfg) | dict(
+        parallel="fsdp")), 4, "float32")
     assert (fsdp["gradients"], fsdp["optimizer"]) == (n, 2 * n)
     assert fsdp["activations"] == ddp["activations"] > ddp["switched"]
     checkpointed = measure.memory_estimate(model, types.SimpleNamespace(**vars(cfg) | dict(
         activation_checkpointing=True)), 4, "float32")
-    assert checkpointed["activations"] == ddp["switched"] and checkpointed["switched"] == ddp["activations"]
+    assert checkpointed["activations"] == ddp["switched"] \
+        and checkpointed["switched"] == ddp["activations"]
 
 
 # ---------------------------------------------------------------- the 7B and 8B configs
 
 @pytest.mark.parametrize("size, llama_vocab, llama_params, here", [("7b", 32_000, 6.74e9, 6.89e9),
                                                                    ("8b", 128_256, 8.03e9, 7.39e9)])
-def test_the_7b_and_8b_configs_build_llamas_blocks_sharded_and_checkpointed(size, llama_vocab, llama_params, here):
-    """Parsed, built on the meta device (nothing allocated), counted: Llama 2 7B's and Llama 3 8B's parameters
-    with their own vocabularies, and with GPT-2's 50,304 as trained here; SimpleGPT's recipe for both models."""
+def test_the_7b_and_8b_configs_build_llamas_blocks_sharded_and_checkpointed(size, llama_vocab,
+                                                                            llama_params, here):
+    """Parsed, built on the meta device (nothing allocated), counted: Llama 2 7B's and Llama 3 8B's
+    parameters with their own vocabularies, and with GPT-2's 50,304 as trained here; SimpleGPT's
+    recipe for both models."""
     cfgs = {n: train.configure([os.path.join(ROOT, "configs", f"llama_{n}_{size}.py")])[0]
             for n in ("simplenorm", "pre_qknorm")}
-    assert (cfgs["simplenorm"].norm_mode, cfgs["pre_qknorm"].norm_mode, cfgs["pre_qknorm"].qk_norm) == \
-        ("simplenorm", "pre", True)
+    assert (cfgs["simplenorm"].norm_mode, cfgs["pre_qknorm"].norm_mode,
+            cfgs["pre_qknorm"].qk_norm) == ("simplenorm", "pre", True)
     assert {k for k, v in vars(cfgs["simplenorm"]).items() if vars(cfgs["pre_qknorm"])[k] != v} == \
         {"norm_mode", "qk_norm", "out_dir"}
     cfg = cfgs["simplenorm"]
     assert (cfg.parallel, cfg.activation_checkpointing) == ("fsdp", True)
     assert (cfg.learning_rate, cfg.weight_decay) == (1e-3, 0.05)
-    assert (cfg.block_size, cfg.warmup_iters, cfg.max_iters, cfg.total_batch_size) == (2048, 200, 20_000, 192 * 2048)
-    assert devices.accumulation_steps(cfg, 8) == {"7b": 6, "8b": 8}[size]  # as SimpleGPT's tomls on 8 GPUs
+    assert (cfg.block_size, cfg.warmup_iters, cfg.max_iters, cfg.total_batch_size) == \
+        (2048, 200, 20_000, 192 * 2048)
+    # as SimpleGPT's tomls on 8 GPUs
+    assert devices.accumulation_steps(cfg, 8) == {"7b": 6, "8b": 8}[size]
     config = configurator.model_config(cfg, dict(vocab_size=50257, tokenizer="gpt2"))
     for vocab, count in ((llama_vocab, llama_params), (config.vocab_size, here)):
         with torch.device("meta"):
             model = GPT(dataclasses.replace(config, vocab_size=vocab))
         assert sum(p.numel() for p in model.parameters()) == pytest.approx(count, rel=2e-3)
     mlp, attn = model.transformer.h[0].mlp, model.transformer.h[0].attn
-    assert (mlp.c_fc.weight.shape[0], attn.n_kv_head) == {"7b": (11_008, 32), "8b": (14_336, 8)}[size]
-    memory = measure.memory_estimate(model, cfg, 8, "bfloat16")  # on 8 GPUs, checkpointing: under 80 GB
-    assert sum(memory[k] for k in ("parameters", "gradients", "optimizer", "activations")) < 40 * 2**30
-    assert memory["switched"] > 50 * 2**30  # without checkpointing the activations alone would not fit
+    assert (mlp.c_fc.weight.shape[0], attn.n_kv_head) == \
+        {"7b": (11_008, 32), "8b": (14_336, 8)}[size]
+    # on 8 GPUs, checkpointing: under 80 GB
+    memory = measure.memory_estimate(model, cfg, 8, "bfloat16")
+    assert sum(memory[k] for k in ("parameters", "gradients", "optimizer", "activations")) < \
+        40 * 2**30
+    # without checkpointing the activations alone would not fit
+    assert memory["switched"] > 50 * 2**30

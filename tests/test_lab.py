@@ -1,7 +1,7 @@
 """The normalization lab against docs/spec.md §13: lns, mixln, reorder, hybrid, ngpt and the
-switches embed_norm and norm_type='dyt', one test per property (named after §13's L, M, E, R, H, D and N
-items), on both block families; and each scheme written again from its authors' equations, giving model.py's
-logits."""
+switches embed_norm and norm_type='dyt', one test per property (named after §13's L, M, E, R, H, D
+and N items), on both block families; and each scheme written again from its authors' equations,
+giving model.py's logits."""
 import math
 
 import pytest
@@ -9,21 +9,25 @@ import torch
 import torch.nn.functional as F
 
 import model as M
-from conftest import batch, biased, block_outputs, build, count_params, randomize, rope_rows, spread, tiny
+from conftest import (batch, biased, block_outputs, build, count_params, randomize, rope_rows,
+                      spread, tiny)
 from model import ARCHS, GPT, GPTConfig, RMSNorm
 
 
 def standardized(t, arch, tol=1e-6):
     """Per token: mean 0 (LayerNorm; RMSNorm does not center) and spread 1 (std or RMS)."""
-    return (arch == "llama" or t.mean(-1).abs().max() < tol) and (spread(t, arch) - 1).abs().max() < tol
+    return (arch == "llama" or t.mean(-1).abs().max() < tol) \
+        and (spread(t, arch) - 1).abs().max() < tol
 
 
-# ---------------------------------------------------------------- the authors' equations, written again
+# ------------------------------------------------------------ the authors' equations, written again
 
 def reference_logits(model, idx):
-    """Every position's logits from model's parameters by the authors' equations (§13), in torch's functions:
-    none of model.py's modules or helpers. Blocks are 1-based (k), as §13 writes them."""
-    c, P = model.config, dict(model.named_parameters(remove_duplicate=False))  # a tied head under both names
+    """Every position's logits from model's parameters by the authors' equations (§13), in torch's
+    functions: none of model.py's modules or helpers. Blocks are 1-based (k), as §13 writes
+    them."""
+    # a tied head under both names
+    c, P = model.config, dict(model.named_parameters(remove_duplicate=False))
     get = lambda name: P.get(name)
     d, L, nh, T, llama = c.n_embd, c.n_layer, c.n_head, idx.size(1), c.arch == "llama"
     hs, eps = d // nh, 1e-5 if c.norm_eps is None else c.norm_eps
@@ -31,7 +35,8 @@ def reference_logits(model, idx):
     def rms(x, w, e):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + e) * w
 
-    def N(x, name):  # the family's norm, or DyT: γ tanh(αx) (+ β)  (DyT dynamic_tanh.py, fms llama.py)
+    # the family's norm, or DyT: γ tanh(αx) (+ β)  (DyT dynamic_tanh.py, fms llama.py)
+    def N(x, name):
         w, b = get(name + ".weight"), get(name + ".bias")
         if c.norm_type == "dyt":
             y = w * torch.tanh(get(name + ".alpha") * x)
@@ -45,25 +50,31 @@ def reference_logits(model, idx):
     def rotate(x):  # RoFormer Eq. 34: pair (x_2i, x_2i+1) at position p turned by p·θ^(-2i/hs)
         angles = torch.outer(torch.arange(T, dtype=torch.float64),
                              c.rope_theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs))
-        cos, sin = (t.float().double() for t in (angles.cos(), angles.sin()))  # model.py's table is fp32
+        # model.py's table is fp32
+        cos, sin = (t.float().double() for t in (angles.cos(), angles.sin()))
         x1, x2 = x[..., 0::2], x[..., 1::2]
         return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
 
     def linear(h, name):
-        return h @ get(name + ".weight").T + (0 if get(name + ".bias") is None else get(name + ".bias"))
+        return h @ get(name + ".weight").T + \
+            (0 if get(name + ".bias") is None else get(name + ".bias"))
 
     def attn(h, p):
         kv = (get(p + "c_attn.weight").size(0) - d) // 2
         q, k, v = linear(h, p + "c_attn").split((d, kv, kv), -1)
         if c.qk_norm:  # over all heads jointly
             q, k = rms(q, get(p + "q_norm.weight"), eps), rms(k, get(p + "k_norm.weight"), eps)
-        q, k, v = (t.unflatten(-1, (-1, hs)).transpose(1, 2) for t in (q, k, v))  # (B, heads, T, hs)
-        if c.norm_mode == "hybrid":  # HybridNorm: RMSNorm on each head's q, k, v, gains (hs,); ε by §13.4
+        # (B, heads, T, hs)
+        q, k, v = (t.unflatten(-1, (-1, hs)).transpose(1, 2) for t in (q, k, v))
+        # HybridNorm: RMSNorm on each head's q, k, v, gains (hs,); ε by §13.4
+        if c.norm_mode == "hybrid":
             e = eps if c.norm_eps is not None else 1e-6 if c.tied else 1e-5
-            q, k, v = (rms(t, get(p + n + "_norm.weight"), e) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+            q, k, v = (rms(t, get(p + n + "_norm.weight"), e)
+                       for t, n in ((q, "q"), (k, "k"), (v, "v")))
         if llama:
             q, k = rotate(q), rotate(k)
-        if c.norm_mode == "ngpt":  # nGPT: sqk ⊙ justnorm per head after rotary; softmax scale √hs
+        # nGPT: sqk ⊙ justnorm per head after rotary; softmax scale √hs
+        if c.norm_mode == "ngpt":
             s_qk = (get(p + "s_qk") * d ** 0.5).view(nh, 1, hs)
             q, k = s_qk * unit(q), s_qk * unit(k)
         k, v = (t.repeat_interleave(nh // t.size(1), 1) for t in (k, v))
@@ -94,14 +105,17 @@ def reference_logits(model, idx):
     for k in range(1, L + 1):
         p = f"transformer.h.{k - 1}."
         A, Mlp = (lambda h: attn(h, p + "attn.")), (lambda h: mlp(h, p + "mlp."))
-        n1, n2, o1, o2 = (lambda h, n=n: N(h, p + n) for n in ("ln_1", "ln_2", "ln_1_out", "ln_2_out"))
+        n1, n2, o1, o2 = (lambda h, n=n: N(h, p + n)
+                          for n in ("ln_1", "ln_2", "ln_1_out", "ln_2_out"))
         if c.norm_mode == "lns":  # LNS modeling_llama.py: norm output × 1/√(layer_index + 1)
             h = x + A(n1(x) / math.sqrt(k))
             x = h + Mlp(n2(h) / math.sqrt(k))
-        elif c.norm_mode == "mixln" and k <= n_post:  # MixLN modeling_llama.py, post_pre: post blocks first
+        # MixLN modeling_llama.py, post_pre: post blocks first
+        elif c.norm_mode == "mixln" and k <= n_post:
             h = n1(x + A(x))
             x = n2(h + Mlp(h))
-        elif c.norm_mode in ("pre", "mixln") or c.norm_mode == "hybrid" and c.hybrid_star and k == 1:
+        elif (c.norm_mode in ("pre", "mixln")
+              or c.norm_mode == "hybrid" and c.hybrid_star and k == 1):
             h = x + A(n1(x))
             x = h + Mlp(n2(h))
         elif c.norm_mode == "sandwich":  # OLMo-core PeriNormTransformerBlock
@@ -126,10 +140,12 @@ def reference_logits(model, idx):
 
 SCHEMES = {  # the settings of each scheme: 4 blocks, so that mixln has post and pre blocks
     "lns": dict(norm_mode="lns"), "mixln": dict(norm_mode="mixln", mixln_alpha=0.5),
-    "mixln_all_post": dict(norm_mode="mixln", mixln_alpha=1.0), "reorder": dict(norm_mode="reorder"),
+    "mixln_all_post": dict(norm_mode="mixln", mixln_alpha=1.0),
+    "reorder": dict(norm_mode="reorder"),
     "reorder_qk": dict(norm_mode="reorder", qk_norm=True), "hybrid": dict(norm_mode="hybrid"),
     "hybrid_star": dict(norm_mode="hybrid", hybrid_star=True), "ngpt": dict(norm_mode="ngpt"),
-    "peri": dict(norm_mode="sandwich", embed_norm=True), "dyt": dict(norm_mode="pre", norm_type="dyt"),
+    "peri": dict(norm_mode="sandwich", embed_norm=True),
+    "dyt": dict(norm_mode="pre", norm_type="dyt"),
     "dyt_sandwich": dict(norm_mode="sandwich", norm_type="dyt", embed_norm=True),
 }
 
@@ -139,22 +155,26 @@ SCHEMES = {  # the settings of each scheme: 4 blocks, so that mixln has post and
 def test_each_scheme_is_its_authors_equations_on_random_weights(scheme, arch):
     settings = dict(SCHEMES[scheme])
     mode = settings.pop("norm_mode")
-    model = randomize(build(mode, n_layer=4, arch=arch, bias=biased(mode, arch), **settings)).double()
+    model = randomize(build(mode, n_layer=4, arch=arch, bias=biased(mode, arch),
+                            **settings)).double()
     idx = batch(model.config, T=12)[0]
     logits, expected = model(idx, all_logits=True)[0], reference_logits(model, idx)
     torch.testing.assert_close(logits, expected, rtol=1e-9, atol=1e-9)
-    # and their gradients: a term cut from the graph (a detach, a no_grad) leaves the logits right, training wrong
+    # and their gradients: a term cut from the graph (a detach, a no_grad) leaves the logits right,
+    # training wrong
     weights, params = torch.randn_like(logits), list(model.parameters())
     for got, want in zip(torch.autograd.grad((logits * weights).sum(), params),
                          torch.autograd.grad((expected * weights).sum(), params)):
-        torch.testing.assert_close(got, want, rtol=0, atol=1e-7 * want.abs().max().item())  # sums of many terms
+        # sums of many terms
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-7 * want.abs().max().item())
 
 
 # ---------------------------------------------------------------- §13.1 lns
 
 def test_lns_L1_scales_are_one_over_root_k_and_block_1_is_a_pre_block():
     model, pre = build("lns", n_layer=4), build("pre", n_layer=4)
-    assert [b.lns_scale for b in model.transformer.h] == pytest.approx([1, 0.70711, 0.57735, 0.5], abs=1e-5)
+    assert [b.lns_scale for b in model.transformer.h] == \
+        pytest.approx([1, 0.70711, 0.57735, 0.5], abs=1e-5)
     pre.load_state_dict(model.state_dict())
     x = torch.randn(2, 8, 64)
     with torch.no_grad():
@@ -177,7 +197,8 @@ def test_lns_L2_logits_are_pres_with_block_k_norms_scaled_by_one_over_root_k(arc
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_lns_L3_with_qk_norm_the_attention_branch_is_pres_over_root_k(arch):
-    """qk_norm re-normalizes q and k, so only v (and, through W_o, the branch) feels the factor 1/√k."""
+    """qk_norm re-normalizes q and k, so only v (and, through W_o, the branch) feels the factor
+    1/√k."""
     lns = build("lns", n_layer=4, arch=arch, qk_norm=True, norm_eps=1e-12).double()
     pre = build("pre", n_layer=4, arch=arch, qk_norm=True, norm_eps=1e-12).double()
     pre.load_state_dict(lns.state_dict())
@@ -192,11 +213,11 @@ def test_lns_L3_with_qk_norm_the_attention_branch_is_pres_over_root_k(arch):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("scaled_init", [False, True])
 def test_lns_L4_init_stds(scaled_init, arch):
-    """W_o, W₂ (and llama's W₃) N(0, 0.02) as the LNS authors recommend; lns_scaled_init keeps the family's
-    depth-scaled init (GPT-2's 0.02/√(2L), torchtitan's 0.02/√(2(l+1)))."""
+    """W_o, W₂ (and llama's W₃) N(0, 0.02) as the LNS authors recommend; lns_scaled_init keeps
+    the family's depth-scaled init (GPT-2's 0.02/√(2L), torchtitan's 0.02/√(2(l+1)))."""
     torch.manual_seed(0)
-    model = GPT(GPTConfig(norm_mode="lns", arch=arch, n_layer=4, n_head=4, n_embd=256, block_size=16,
-                          vocab_size=256, lns_scaled_init=scaled_init))
+    model = GPT(GPTConfig(norm_mode="lns", arch=arch, n_layer=4, n_head=4, n_embd=256,
+                          block_size=16, vocab_size=256, lns_scaled_init=scaled_init))
     for l, block in enumerate(model.transformer.h):
         depth = 0.02 / math.sqrt(2 * 4) if arch == "gpt2" else 0.02 / math.sqrt(2 * (l + 1))
         for w in filter(None, (block.attn.c_proj, block.mlp.c_proj, block.mlp.c_up)):
@@ -210,8 +231,8 @@ def test_lns_L5_param_count_equals_pre():
 
 # ---------------------------------------------------------------- §13.2 mixln
 
-@pytest.mark.parametrize("L, alpha, n_post", [(12, 0.25, 3), (24, 0.25, 6), (6, 0.25, 1), (4, 0.25, 1),
-                                              (10, 0.3, 3), (8, 0.0, 0), (8, 1.0, 8)])
+@pytest.mark.parametrize("L, alpha, n_post", [(12, 0.25, 3), (24, 0.25, 6), (6, 0.25, 1),
+                                              (4, 0.25, 1), (10, 0.3, 3), (8, 0.0, 0), (8, 1.0, 8)])
 def test_mixln_M1_the_first_floor_alpha_L_blocks_are_post(L, alpha, n_post):
     with torch.device("meta"):
         model = GPT(GPTConfig(norm_mode="mixln", n_layer=L, n_head=2, n_embd=16, mixln_alpha=alpha))
@@ -231,7 +252,8 @@ def test_mixln_M2_alpha_0_is_pre_and_alpha_1_is_post(alpha, same, arch):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_mixln_M3_post_blocks_standardize_and_pre_blocks_add_their_branches(arch):
     model = randomize(build("mixln", n_layer=4, mixln_alpha=0.5, arch=arch, norm_eps=0.0)).double()
-    for block in model.transformer.h:  # unit gains and zero biases, so that a post block's output is standard
+    # unit gains and zero biases, so that a post block's output is standard
+    for block in model.transformer.h:
         for norm in (block.ln_1, block.ln_2):
             torch.nn.init.ones_(norm.weight)
     x, rope = torch.randn(2, 8, 64, dtype=torch.float64), rope_rows(model, 8)
@@ -256,7 +278,7 @@ def test_mixln_M5_param_count_equals_pre():
     assert count_params("mixln") == count_params("pre")
 
 
-# ---------------------------------------------------------------- §13.3 embed_norm (Peri-LN) and reorder
+# ---------------------------------------------------------- §13.3 embed_norm (Peri-LN) and reorder
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_embed_norm_E1_at_unit_gain_is_sandwich_on_a_normalized_x0(arch):
@@ -274,18 +296,21 @@ def test_embed_norm_E1_at_unit_gain_is_sandwich_on_a_normalized_x0(arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_embed_norm_E2_x0_is_standardized_per_token(arch):
-    model = build("sandwich", embed_norm=True, arch=arch, norm_eps=1e-12)  # gpt2's E + P: variance 8e-4 ~ ε
+    # gpt2's E + P: variance 8e-4 ~ ε
+    model = build("sandwich", embed_norm=True, arch=arch, norm_eps=1e-12)
     assert standardized(model.embed(batch(model.config)[0]), arch, 1e-4)  # gpt2: after adding P
 
 
 @pytest.mark.parametrize("bias, extra", [(False, 768), (True, 2 * 768)])
 def test_embed_norm_E3_param_count_adds_one_norm(bias, extra):
-    assert count_params("sandwich", embed_norm=True, bias=bias) == count_params("sandwich", bias=bias) + extra
+    assert count_params("sandwich", embed_norm=True, bias=bias) == \
+        count_params("sandwich", bias=bias) + extra
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_reorder_R1_every_increment_is_standardized(arch):
-    """ε → 0: block 1's attention output is ~1e-8 in mean square at gpt2's init, below any ε (§13.3)."""
+    """ε → 0: block 1's attention output is ~1e-8 in mean square at gpt2's init, below any ε
+    (§13.3)."""
     model = build("reorder", arch=arch, norm_eps=1e-24).double()
     x, rope = model.embed(batch(model.config)[0]), rope_rows(model, 32)
     with torch.no_grad():
@@ -356,7 +381,8 @@ def test_hybrid_H4_per_head_gains_and_no_ln_1():
     attn = model.transformer.h[0].attn
     assert attn.q_norm.weight.shape == attn.k_norm.weight.shape == attn.v_norm.weight.shape == (16,)
     assert not any(".ln_1." in n for n, _ in model.named_parameters())
-    assert [n for n, _ in star.named_parameters() if ".ln_1." in n] == ["transformer.h.0.ln_1.weight"]
+    assert [n for n, _ in star.named_parameters() if ".ln_1." in n] == \
+        ["transformer.h.0.ln_1.weight"]
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -383,8 +409,8 @@ def test_dyt_D1_is_gamma_tanh_alpha_x_plus_beta_and_bounded():
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_dyt_D2_alpha_per_role_and_the_embedding_scale(arch):
-    model = build("sandwich", norm_type="dyt", embed_norm=True, arch=arch, n_embd=256, dyt_alpha_attn=0.9,
-                  dyt_alpha_ffn=0.3, dyt_alpha_final=0.1)
+    model = build("sandwich", norm_type="dyt", embed_norm=True, arch=arch, n_embd=256,
+                  dyt_alpha_attn=0.9, dyt_alpha_ffn=0.3, dyt_alpha_final=0.1)
     block, t = model.transformer.h[0], model.transformer
     assert block.ln_1.alpha.item() == pytest.approx(0.9)
     ffn = (block.ln_2, block.ln_1_out, block.ln_2_out, t.ln_emb)
@@ -403,7 +429,8 @@ def test_dyt_D3_x0_is_s_times_the_embedding_and_blocks_are_pre_with_dyt(arch):
         x = model.embed(idx)
         assert torch.allclose(x, t.emb_scale * e)
         for block in t.h:
-            dyt = lambda h, n: n.weight * torch.tanh(n.alpha * h) + (0 if n.bias is None else n.bias)
+            dyt = lambda h, n: n.weight * torch.tanh(n.alpha * h) + \
+                (0 if n.bias is None else n.bias)
             h = x + block.attn(dyt(x, block.ln_1), 0, rope)
             y = h + block.mlp(dyt(h, block.ln_2))
             assert torch.allclose(block(x, 0, rope), y, atol=1e-5)
@@ -416,7 +443,8 @@ def test_dyt_D4_param_count_adds_one_alpha_per_norm_and_s():
 
 @pytest.mark.parametrize("mode", ["post", "deep", "mixln", "simplenorm", "ngpt"])
 def test_dyt_D5_placements_it_does_not_fit_are_a_one_line_error(mode):
-    with pytest.raises(ValueError, match=f"norm_type='dyt' does not fit norm_mode='{mode}'") as info:
+    with pytest.raises(ValueError,
+                       match=f"norm_type='dyt' does not fit norm_mode='{mode}'") as info:
         tiny(mode, norm_type="dyt")
     assert "\n" not in str(info.value)
 
@@ -433,15 +461,17 @@ def hidden_states(model, idx):
     states = [model.embed(idx)]
     rope = rope_rows(model, idx.size(1))
     for block in model.transformer.h:
-        states.append(block.join(states[-1], lambda h: block.attn(h, 0, rope), None, None, block.alpha_attn, 0))
+        states.append(block.join(states[-1], lambda h: block.attn(h, 0, rope), None, None,
+                                 block.alpha_attn, 0))
         states.append(block.join(states[-1], block.mlp, None, None, block.alpha_mlp, 1))
     return states
 
 
 def projected(model):
-    """(matrix, its d axis) of §13.6's table: the rows of E, P, the head, c_attn, c_fc, c_up; the columns of
-    both c_proj."""
-    return [(p, 0 if n.endswith("c_proj.weight") else 1) for n, p in model.named_parameters() if p.dim() == 2]
+    """(matrix, its d axis) of §13.6's table: the rows of E, P, the head, c_attn, c_fc, c_up; the
+    columns of both c_proj."""
+    return [(p, 0 if n.endswith("c_proj.weight") else 1) for n, p in model.named_parameters()
+            if p.dim() == 2]
 
 
 def max_norm_error(model):
@@ -480,13 +510,15 @@ def test_ngpt_N3_a_step_leaves_the_sphere_and_normalize_weights_restores_it(arch
     assert max_norm_error(model) < 1e-6
     before = [w.clone() for w, _ in projected(model)]
     model.normalize_weights()
-    assert all(torch.allclose(a, w, atol=1e-7) for a, (w, _) in zip(before, projected(model)))  # idempotent
+    # idempotent
+    assert all(torch.allclose(a, w, atol=1e-7) for a, (w, _) in zip(before, projected(model)))
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_ngpt_unit_norms_hold_after_several_training_steps(arch):
-    """§13.6's promise after any number of fp32 steps: every hidden state and every projected row or column of
-    norm 1 within 1e-5, when normalize_weights follows each optimizer step (as in train.py)."""
+    """§13.6's promise after any number of fp32 steps: every hidden state and every projected row
+    or column of norm 1 within 1e-5, when normalize_weights follows each optimizer step (as in
+    train.py)."""
     model = build("ngpt", arch=arch).train()
     idx, targets = batch(model.config)
     optimizer = model.configure_optimizers(0.0, 1e-2, (0.9, 0.95), "cpu")
@@ -497,7 +529,8 @@ def test_ngpt_unit_norms_hold_after_several_training_steps(arch):
         model.normalize_weights()
         assert max_norm_error(model) < 1e-5
     with torch.no_grad():
-        assert all((x.norm(dim=-1) - 1).abs().max() < 1e-5 for x in hidden_states(model.eval(), idx))
+        assert all((x.norm(dim=-1) - 1).abs().max() < 1e-5
+                   for x in hidden_states(model.eval(), idx))
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -529,9 +562,11 @@ def test_ngpt_N5_alpha_0_is_the_identity_and_alpha_1_takes_the_sub_layers_direct
 def test_ngpt_N6_stored_and_effective_init_values():
     model, d = build("ngpt", n_embd=64), 64
     block = model.transformer.h[0]
-    stored = {"alpha": block.alpha_attn, "s_qk": block.attn.s_qk, "s_v": block.mlp.s_v, "s_z": model.s_z}
-    for name, (want_stored, scale) in {"alpha": (d ** -0.5, 0.05 * d ** 0.5), "s_qk": (d ** -0.5, d ** 0.5),
-                                       "s_v": (1.0, d ** 0.5), "s_z": (d ** -0.5, d ** 0.5)}.items():
+    stored = {"alpha": block.alpha_attn, "s_qk": block.attn.s_qk, "s_v": block.mlp.s_v,
+              "s_z": model.s_z}
+    for name, (want_stored, scale) in {"alpha": (d ** -0.5, 0.05 * d ** 0.5),
+                                       "s_qk": (d ** -0.5, d ** 0.5), "s_v": (1.0, d ** 0.5),
+                                       "s_z": (d ** -0.5, d ** 0.5)}.items():
         assert torch.allclose(stored[name], torch.full_like(stored[name], want_stored)), name
         effective = {"alpha": 0.05, "s_qk": 1.0, "s_v": d ** 0.5, "s_z": 1.0}[name]
         assert (stored[name] * scale).mean().item() == pytest.approx(effective), name
@@ -540,7 +575,8 @@ def test_ngpt_N6_stored_and_effective_init_values():
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_ngpt_N7_q_and_k_have_norm_s_qk_per_head(arch):
-    """At init s_qk is 1 (used): per head ‖q‖ = ‖k‖ = 1, and the scores are cosines times √hs."""
+    """At init s_qk is 1 (used): per head ‖q‖ = ‖k‖ = 1, and the scores are cosines times
+    √hs."""
     model = build("ngpt", arch=arch).double()
     attn, rope, seen = model.transformer.h[0].attn, rope_rows(model, 8), {}
     real = F.scaled_dot_product_attention
@@ -559,7 +595,8 @@ def test_ngpt_N7_q_and_k_have_norm_s_qk_per_head(arch):
 
 def test_ngpt_N8_param_count():
     L, d, V = 12, 768, 50304
-    assert count_params("ngpt") == count_params("pre") - (2 * L + 1) * d + L * (2 * d + d + 4 * d) + V + V * d
+    assert count_params("ngpt") == \
+        count_params("pre") - (2 * L + 1) * d + L * (2 * d + d + 4 * d) + V + V * d
 
 
 def test_ngpt_untied_by_default_and_tied_allowed():

@@ -1,8 +1,8 @@
 """docs/spec.md §14, the field's next rows, one test per property, named after §14's test ids: the
 QK-norm axis (Q), GPAS (G), Derf (F), the residual scales res_scale and x0_mix (S), NormFormer (NF)
-Sub-LN (SL) and ReZero (S4, S6). Equations are checked in float64 on randomized weights, against each row's host
-mode where §14 says it reduces to it. The generic tests of every mode (test_model.py) run for
-normformer, subln and rezero too."""
+Sub-LN (SL) and ReZero (S4, S6). Equations are checked in float64 on randomized weights, against
+each row's host mode where §14 says it reduces to it. The generic tests of every mode
+(test_model.py) run for normformer, subln and rezero too."""
 import copy
 import math
 import types
@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 import configurator
-from conftest import ROOT, batch, build, copy_probability, count_params, error_of, randomize, rope_rows
+from conftest import (ROOT, batch, build, copy_probability, count_params, error_of, randomize,
+                      rope_rows)
 from data import GPT2_META
 from model import ADDITIVE_MODES, ARCHS, GPTConfig, Derf, DyT, gpas
 
@@ -40,7 +41,7 @@ def stream(seed=2):
     return 3 * torch.randn(2, 8, 64, generator=g, dtype=torch.float64)
 
 
-# ---------------------------------------------------------------- §14.7 qk_norm: all heads or per head
+# ------------------------------------------------------------ §14.7 qk_norm: all heads or per head
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("old, new", [(True, "all_heads"), (False, "none")])
@@ -306,9 +307,9 @@ def zero_sublayer(model, j):
 @pytest.mark.parametrize("scale", ["layerscale", "lambda"])
 @pytest.mark.parametrize("mode", ADDITIVE_MODES)
 def test_res_scale_S1_S2_each_sub_layer_takes_its_own_scale_on_every_host(mode, scale):
-    """With sub-layer j's scales at 1 (its branch's λ, or λ_res and λ_post) and the other's branch
-    scaled to 0, a block is its host's with the other sub-layer silenced: a scale taken for the wrong
-    sub-layer, on any host, shows."""
+    """With sub-layer j's scales at 1 (its branch's λ, or λ_res and λ_post) and the other's
+    branch scaled to 0, a block is its host's with the other sub-layer silenced: a scale taken for
+    the wrong sub-layer, on any host, shows."""
     host = randomize(build64(norm_mode=mode))
     idx = batch(host.config)[0]
     for j in (0, 1):
@@ -330,7 +331,8 @@ def test_res_scale_S1_S2_each_sub_layer_takes_its_own_scale_on_every_host(mode, 
 def test_res_scale_S2_lambdas_start_at_root_1_1_and_1_and_scale_skip_and_branch(arch):
     model = build64(arch=arch, res_scale="lambda")
     block = model.transformer.h[0]
-    assert torch.allclose(block.resid_lambdas, torch.full((2,), math.sqrt(1.1), dtype=torch.float64))
+    assert torch.allclose(block.resid_lambdas,
+                          torch.full((2,), math.sqrt(1.1), dtype=torch.float64))
     assert torch.equal(block.post_lambdas, torch.ones(2, dtype=torch.float64))
     host = randomize(build64(arch=arch))
     ones = {k: torch.ones_like(v) for k, v in model.state_dict().items() if "lambdas" in k}
@@ -414,7 +416,8 @@ def test_rezero_S4_one_alpha_serves_both_sub_layers_and_no_norm_is_left(arch):
     names = [n for n, _ in model.named_parameters()]
     # qk_norm acts inside attention, not on the stream: the only norm gains rezero allows
     assert not [n for n in names if ("ln" in n or "norm" in n) and "_norm" not in n], names
-    assert [n for n in names if "resweight" in n] == [f"transformer.h.{i}.resweight" for i in range(3)]
+    assert [n for n in names if "resweight" in n] == \
+        [f"transformer.h.{i}.resweight" for i in range(3)]
     assert all(p.shape == (1,) and p.item() == 0 for p in build64("rezero").parameters()
                if p.dim() == 1 and p.numel() == 1)
 
@@ -493,7 +496,8 @@ def test_normformer_NF1_each_attention_increment_is_standardized_and_ln_f_is_kep
 @pytest.mark.parametrize("mode", ["normformer", "subln"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_normformer_NF2_and_subln_SL3_the_mlp_normalizes_its_hidden_layer(mode, arch):
-    """gpt2: W₂·LN(GELU(W₁h)), the LN over 4d; llama: W₂·RMS(SiLU(W₁h) ⊙ W₃h) over its width."""
+    """gpt2: W₂·LN(GELU(W₁h)), the LN over 4d; llama: W₂·RMS(SiLU(W₁h) ⊙ W₃h) over its
+    width."""
     model = randomize(build64(norm_mode=mode, arch=arch))
     mlp = model.transformer.h[0].mlp
     h = stream()
@@ -549,8 +553,8 @@ def test_normformer_NF5_parameter_counts():
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_subln_SL1_v_o_and_the_mlp_start_gamma_times_the_family_std(arch):
-    """W_v, W_o, W₁, W₂ (and llama's W₃) are γ = √(ln 2L) times the same init without the gain,
-    exactly; W_q and W_k are untouched."""
+    """W_v, W_o, W₁, W₂ (and llama's W₃) are γ = √(ln 2L) times the same init without the
+    gain, exactly; W_q and W_k are untouched."""
     gained = build64(norm_mode="subln", arch=arch)
     plain = build64(norm_mode="subln", arch=arch, subln_init_gain=False)
     gamma = math.sqrt(math.log(2 * 3))
@@ -604,7 +608,8 @@ def settings_error(*argv):
     (("--norm_mode=post", "--gpas=True"), ("gpas", "norm_mode='post'", "gpas=False")),
     (("--qk_norm=heads",), ("qk_norm", "'heads'", "'per_head'")),
     (("--norm_mode=hybrid", "--qk_norm=per_head"), ("hybrid", "qk_norm=False")),
-    (("--norm_mode=deep", "--res_scale=layerscale"), ("res_scale='layerscale'", "res_scale='none'")),
+    (("--norm_mode=deep", "--res_scale=layerscale"),
+     ("res_scale='layerscale'", "res_scale='none'")),
     (("--norm_mode=ngpt", "--x0_mix"), ("x0_mix", "x0_mix=False")),
     (("--norm_mode=post", "--norm_type=derf"), ("norm_type='derf'", "norm_mode='post'")),
     (("--norm_mode=rezero", "--embed_norm"), ("rezero", "embed_norm=False")),
@@ -626,13 +631,14 @@ def test_every_row_is_reachable_from_the_command_line():
         assert configurator.model_config(types.SimpleNamespace(**cfg), GPT2_META).norm_mode == mode
 
 
-# ---------------------------------------------------------------- the tied head's copy bias (docs/modes.md)
+# -------------------------------------------------------- the tied head's copy bias (docs/modes.md)
 
 def test_layerscale_and_x0mix_copy_the_current_token_with_a_tied_head_and_the_others_do_not():
-    """LayerScale at 1e-4 keeps x_L ≈ x_0 and ln_f, so the tied head reads E[t]·E[t] back (§14.2:
-    0.46 at 12 blocks); the x0mix preset mixes a normalized x_0 into every block, as pre with
-    embed_norm does. Derf's is small but above 1/V; untied, none has it."""
-    biased = {"layerscale": dict(res_scale="layerscale"), "x0mix": dict(x0_mix=True, embed_norm=True)}
+    """LayerScale at 1e-4 keeps x_L ≈ x_0 and ln_f, so the tied head reads E[t]·E[t] back
+    (§14.2: 0.46 at 12 blocks); the x0mix preset mixes a normalized x_0 into every block, as pre
+    with embed_norm does. Derf's is small but above 1/V; untied, none has it."""
+    biased = {"layerscale": dict(res_scale="layerscale"),
+              "x0mix": dict(x0_mix=True, embed_norm=True)}
     unbiased = {"lambdas": dict(res_scale="lambda"), "gpas": dict(gpas=True),
                 "qkhead": dict(qk_norm="per_head")}
     assert all(copy_probability("pre", True, **s) > 0.3 for s in biased.values())
