@@ -143,7 +143,7 @@ def test_sweep_keys_of_a_presets_mode_vary_the_preset_and_seeds_at_keeps_seeds_t
     assert len(ablate.plan_runs(plan, tmp_path)) == 4  # seeds_at may hold every point of its sweep
 
 
-def test_a_sweep_that_varies_no_entry_or_undoes_a_preset_and_a_seeds_at_off_the_sweep_are_one_line_errors():
+def test_a_sweep_varying_no_entry_or_undoing_a_preset_and_a_seeds_at_off_the_sweep_are_errors():
     """A typo must not triple a ladder's compute or drop its seeds silently: seeds_at names swept
     points only."""
     for args, message in (
@@ -398,18 +398,20 @@ def test_figures_of_a_size_sweep_print_its_size_table_into_a_folder_made_with_it
 # ---------------------------------------------------------------- main, with stand-ins for the runs
 
 FAKE_PYTHON = '''#!{python}
-"""Stands in for python running train.py or eval.py (under torchrun or not): records the call in $FAKE_CALLS
-and does what the script would, in a moment. A run of seed 13 crashes; n_head=3 fails its check on stderr,
-n_head=5 with no output; eval.py's check of task nope fails, its scoring at limit 13; a run of seed 99 lasts
-until a SIGTERM."""
+"""Stands in for python running train.py or eval.py (under torchrun or not): records the call in
+$FAKE_CALLS and does what the script would, in a moment. A run of seed 13 crashes; n_head=3 fails
+its check on stderr, n_head=5 with no output; eval.py's check of task nope fails, its scoring at
+limit 13; a run of seed 99 lasts until a SIGTERM."""
 import json, os, sys
 from pathlib import Path
 argv = sys.argv[1:]
 launcher = argv[:4] if argv[:2] == ["-m", "torch.distributed.run"] else []
-script, args = Path(argv[len(launcher)]).name, dict(a[2:].split("=", 1) for a in argv[len(launcher) + 1:])
+script = Path(argv[len(launcher)]).name
+args = dict(a[2:].split("=", 1) for a in argv[len(launcher) + 1:])
 with open(os.environ["FAKE_CALLS"], "a") as f:
-    f.write(json.dumps(dict(script=script, launcher=launcher, args=args, threads=os.environ["OMP_NUM_THREADS"],
-                            world=os.environ.get("WORLD_SIZE"))) + "\\n")
+    call = dict(script=script, launcher=launcher, args=args,
+                threads=os.environ["OMP_NUM_THREADS"], world=os.environ.get("WORLD_SIZE"))
+    f.write(json.dumps(call) + "\\n")
 if args.get("dry_run") == "True":
     sys.exit("error: n_embd=32 is not divisible by n_head=3" if args.get("n_head") == "3" else
              "error: lm-eval has no task 'nope'" if args.get("tasks") == "nope" else
@@ -422,7 +424,8 @@ if script == "eval.py":
         sys.exit(1)
     limit = int(args["limit"]) if "limit" in args else None
     scores = {{t: dict(value=0.5, metric="acc") for t in args["tasks"].split(",")}}
-    (out / "eval.json").write_text(json.dumps(dict(settings=dict(tasks=args["tasks"], limit=limit), scores=scores)))
+    settings = dict(tasks=args["tasks"], limit=limit)
+    (out / "eval.json").write_text(json.dumps(dict(settings=settings, scores=scores)))
     sys.exit(0)
 if args["seed"] == "99":  # a long run: a SIGTERM stops it, as train.py's checkpoint-and-exit does
     import signal, time
@@ -430,7 +433,8 @@ if args["seed"] == "99":  # a long run: a SIGTERM stops it, as train.py's checkp
     time.sleep(10)
 loss = 2.0 + int(args["seed"]) % 100 / 100 + len(args["norm_mode"]) / 1000
 events = [dict(event="eval", iter=0, val_loss=4.0, train_loss=4.0)]
-events += [dict(event="eval", iter=10, val_loss=loss, train_loss=loss), dict(event="end", status="finished", iter=10)]
+events.append(dict(event="eval", iter=10, val_loss=loss, train_loss=loss))
+events.append(dict(event="end", status="finished", iter=10))
 events = events[:1] if args["seed"] == "13" else events
 with open(out / "log.jsonl", "a") as f:
     f.write("".join(json.dumps(e) + "\\n" for e in events))
@@ -644,7 +648,7 @@ def test_a_failed_check_is_its_last_line_of_stderr_and_nothing_runs(
     assert checks == ["True"] * len(checks) and checks and not (tmp_path / "out").exists()
 
 
-def test_a_run_folder_with_other_settings_stops_everything_but_a_moved_folder_or_a_new_setting_does_not(
+def test_a_run_folder_of_other_settings_stops_all_but_a_moved_folder_or_a_new_setting_does_not(
         tmp_path):
     run = dict(dir=tmp_path / "run", settings=dict(out_dir="here", n_layer=4, dropout=0.1))
     run["dir"].mkdir()

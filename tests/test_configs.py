@@ -123,8 +123,7 @@ def test_the_lab_ablation_is_every_entry_over_three_seeds_at_the_cpu_setting():
         and {r["lr"] for r in runs if r["mode"] != "simplenorm"} == {2e-3}
 
 
-def test_the_depth_ladder_is_the_lab_at_four_depths_one_token_budget_and_three_seeds_at_the_deepest(
-):
+def test_the_depth_ladder_is_the_lab_at_four_depths_one_budget_and_three_seeds_at_the_deepest():
     ladder, lab = (ablate.configure([str(ROOT / "configs" / name)])
                    for name in ("ablate_depth_char.py", "ablate_lab_char.py"))
     assert ladder["sweep"] == {"n_layer": [2, 4, 8, 16]} and ladder["seeds_at"] == {"n_layer": [16]}
@@ -141,7 +140,7 @@ def test_the_depth_ladder_is_the_lab_at_four_depths_one_token_budget_and_three_s
     assert budget == {(2000, 16, 64)}  # one token budget at every depth: the lab's
 
 
-def test_the_llama_depth_ladder_is_the_gpt2_ladder_on_the_llama_block_for_the_modes_that_lead_and_trail():
+def test_the_llama_depth_ladder_is_the_gpt2_ladder_on_llama_for_the_modes_that_lead_and_trail():
     llama, gpt2 = (ablate.configure([str(ROOT / "configs" / name)])
                    for name in ("ablate_depth_llama_char.py", "ablate_depth_char.py"))
     assert {k for k in llama["base"] if llama["base"][k] != gpt2["base"][k]} == \

@@ -699,8 +699,10 @@ def test_a_model_setting_is_described_once_in_model_py_and_help_shows_that():
     fields = [f.name for f in dataclasses.fields(GPTConfig)]
     assert list(notes) == fields and all(notes.values())
     assert notes["n_layer"] == "blocks"  # on its line
-    assert notes["block_size"] == "tokens per sequence: the model's context length"  # not the header's
-    assert notes["tie_embeddings"].startswith("the head is the token embedding E; None:")  # above it
+    # not the class's header comment
+    assert notes["block_size"] == "tokens per sequence: the model's context length"
+    # above it
+    assert notes["tie_embeddings"].startswith("the head is the token embedding E; None:")
     assert notes["arch"].startswith("the block family (§11):")  # two lines above it, joined
     assert notes["arch"].endswith("or llama (rotary, SwiGLU, RMSNorm)")
     block = configurator.settings_block(train.__file__).splitlines()
