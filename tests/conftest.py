@@ -26,18 +26,21 @@ from model import GPT, GPTConfig  # noqa: E402 (found on the path just set)
 
 # test_reliability.py forks train.main into child processes, and libgomp is not fork-safe: once this
 # process has run an OpenMP region on several threads, a child's first one waits forever for threads
-# that were not forked. So the test process computes on one thread (its subprocesses choose their own).
+# that were not forked. So the test process computes on one thread (its subprocesses choose their
+# own).
 torch.set_num_threads(1)
 
-# A shell's background job (`cmd &`) starts with Ctrl-C ignored, and a process started from it inherits that:
-# Python then installs no KeyboardInterrupt handler, and the tests that stop a script with SIGINT fail. With a
-# handler here, the scripts the tests start get the default disposition back at exec, as from a terminal.
+# A shell's background job (`cmd &`) starts with Ctrl-C ignored, and a process started from it
+# inherits that: Python then installs no KeyboardInterrupt handler, and the tests that stop a script
+# with SIGINT fail. With a handler here, the scripts the tests start get the default disposition
+# back at exec, as from a terminal.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def gpt2_available():
-    """True when tiktoken's GPT-2 files are in the offline cache (tests needing BPE skip otherwise)."""
+    """True when tiktoken's GPT-2 files are in the offline cache (tests needing BPE skip
+    otherwise)."""
     try:
         import tiktoken
         tiktoken.get_encoding("gpt2")
@@ -46,8 +49,10 @@ def gpt2_available():
         return False
 
 
-needs_gpt2 = pytest.mark.skipif(not gpt2_available(), reason="GPT-2 BPE files are not in the offline cache: "
-                                "put tiktoken's cache in ../shared/tiktoken_cache or set TIKTOKEN_CACHE_DIR")
+needs_gpt2 = pytest.mark.skipif(not gpt2_available(),
+                                reason="GPT-2 BPE files are not in the offline cache: "
+                                       "put tiktoken's cache in ../shared/tiktoken_cache or set "
+                                       "TIKTOKEN_CACHE_DIR")
 
 
 def error_of(call, *args, **kwargs):
@@ -60,8 +65,8 @@ def error_of(call, *args, **kwargs):
 
 
 def mentions(message, *words):
-    """The words that matter (the setting's name, the value, the fix) are all in message: its meaning, not its
-    wording, is checked; a failure names the words missing."""
+    """The words that matter (the setting's name, the value, the fix) are all in message: its
+    meaning, not its wording, is checked; a failure names the words missing."""
     missing = [w for w in words if w not in message]
     assert not missing, f"{missing} not in {message!r}"
 
@@ -75,7 +80,8 @@ def shakespeare_text():
     import random
     rng = random.Random(0)
     words = ["thou", "art", "the", "king", "of", "Rome", "and", "I", "shall", "speak", "no", "more"]
-    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 9))).capitalize() + rng.choice(".,;!?")
+    lines = [" ".join(rng.choice(words)
+                      for _ in range(rng.randint(3, 9))).capitalize() + rng.choice(".,;!?")
              for _ in range(20000)]
     return "\n".join(lines) + "\n"
 
@@ -86,18 +92,21 @@ def data_dir(tmp_path_factory, shakespeare_text):
     import prepare_data
     root = tmp_path_factory.mktemp("data")
     (root / "input.txt").write_text(shakespeare_text[:200_000])
-    prepare_data.prepare("shakespeare_char", root / "tiny", inputs=[str(root / "input.txt")], workers=1)
+    prepare_data.prepare("shakespeare_char", root / "tiny", inputs=[str(root / "input.txt")],
+                         workers=1)
     return root
 
 
 def torchrun(args, timeout, **kwargs):
-    """`python -m torch.distributed.run --standalone --nproc_per_node=2 *args` as subprocess.run(capture_output=True,
-    text=True) would run it, in a session of its own, so that a failure or a timeout ends its workers too: killing
-    torchrun alone would leave a worker waiting forever for its peer (and holding the test run's CPU)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
+    """`python -m torch.distributed.run --standalone --nproc_per_node=2 *args` as
+    subprocess.run(capture_output=True, text=True) would run it, in a session of its own, so that a
+    failure or a timeout ends its workers too: killing torchrun alone would leave a worker waiting
+    forever for its peer (and holding the test run's CPU)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               *args]
     env = kwargs.pop("env", os.environ) | {"OMP_NUM_THREADS": "1"}
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                          start_new_session=True, **kwargs) as process:
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env, start_new_session=True, **kwargs) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         finally:
@@ -107,9 +116,10 @@ def torchrun(args, timeout, **kwargs):
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
-# train.main for each argument list, in both processes of one torchrun launch, sharing one process group (a
-# group cannot be made again under torchrun once destroyed): one launch's start-up for many runs. The first run
-# makes the group from torchrun's environment, as `torchrun train.py` does; the others find it made.
+# train.main for each argument list, in both processes of one torchrun launch, sharing one process
+# group (a group cannot be made again under torchrun once destroyed): one launch's start-up for many
+# runs. The first run makes the group from torchrun's environment, as `torchrun train.py` does; the
+# others find it made.
 DRIVER = f"""
 import json, sys
 sys.path.insert(0, {str(ROOT)!r})
@@ -123,7 +133,8 @@ for argv in json.loads(sys.argv[1]):
 
 
 def torchrun_mains(argvs, folder, timeout):
-    """train.main(argv) for each of argvs in two processes of one torchrun launch; the launch must succeed."""
+    """train.main(argv) for each of argvs in two processes of one torchrun launch; the launch must
+    succeed."""
     (folder / "driver.py").write_text(DRIVER)
     result = torchrun([str(folder / "driver.py"), json.dumps(argvs)], timeout)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -137,8 +148,8 @@ def events(out_dir, kind=None):
 
 
 def logged_numbers(out_dir):
-    """Every line of log.jsonl, its timing fields (which differ run to run) as what they must agree on: the
-    tokens a step trained (tokens/s x s/step) and the steps timed; MFU is None on CPU."""
+    """Every line of log.jsonl, its timing fields (which differ run to run) as what they must agree
+    on: the tokens a step trained (tokens/s x s/step) and the steps timed; MFU is None on CPU."""
     lines = []
     for e in events(out_dir):
         timing = {k: e.pop(k) for k in ("ms_per_iter", "tokens_per_s", "mfu") if k in e}
@@ -146,15 +157,17 @@ def logged_numbers(out_dir):
             tokens_per_s = timing["tokens_per_s"]
             e["tokens_per_step"] = tokens_per_s and tokens_per_s * timing["ms_per_iter"] / 1000
         assert timing.get("mfu") is None
-        flat = {f"{k}[{i}]": v for k, vs in e.items() if isinstance(vs, list) for i, v in enumerate(vs)}
-        lines.append(flat | {k: v for k, v in e.items() if not isinstance(v, list)})  # layer_stats flattened
+        flat = {f"{k}[{i}]": v for k, vs in e.items() if isinstance(vs, list)
+                for i, v in enumerate(vs)}
+        # layer_stats flattened
+        lines.append(flat | {k: v for k, v in e.items() if not isinstance(v, list)})
     return lines
 
 
 def assert_same_records(got, want, rel, abs):
-    """Two lists of log records agree field by field: the same records and keys, numbers within rel or abs
-    of each other, everything else (event names, statuses, None) equal. pytest.approx compares numbers
-    only: pytest 9.2 refuses a record that holds a string."""
+    """Two lists of log records agree field by field: the same records and keys, numbers within rel
+    or abs of each other, everything else (event names, statuses, None) equal. pytest.approx
+    compares numbers only: pytest 9.2 refuses a record that holds a string."""
     assert len(got) == len(want), (len(got), len(want))
     for a, b in zip(got, want):
         assert a.keys() == b.keys(), (a, b)
@@ -166,7 +179,7 @@ def assert_same_records(got, want, rel, abs):
                 assert a[key] == value, (key, a, b)
 
 
-# ------------------------------------------------------------------------------ helpers shared by test files
+# --------------------------------------------------------------------- helpers shared by test files
 # Test files import nothing from one another: what more than one of them uses is here, once.
 
 # Small models, built in this process (test_model.py, test_lab.py, test_llama.py)
@@ -196,7 +209,8 @@ def batch(config, B=2, T=None, seed=1):
 def block_outputs(model, idx):
     """Each block's output x_k for k = 1..L, captured with forward hooks."""
     outs = []
-    hooks = [b.register_forward_hook(lambda mod, inp, out: outs.append(out)) for b in model.transformer.h]
+    hooks = [b.register_forward_hook(lambda mod, inp, out: outs.append(out))
+             for b in model.transformer.h]
     with torch.no_grad():
         model(idx)
     for h in hooks:
@@ -205,9 +219,11 @@ def block_outputs(model, idx):
 
 
 def count_params(mode, **overrides):
-    """Parameter count of a GPT-2-small-shaped model, built on the meta device (no memory, no time)."""
+    """Parameter count of a GPT-2-small-shaped model, built on the meta device (no memory, no
+    time)."""
     with torch.device("meta"):
-        return GPT(GPTConfig(norm_mode=mode, **{**GPT2_SMALL, **overrides})).get_num_params(non_embedding=False)
+        return GPT(GPTConfig(norm_mode=mode,
+                             **{**GPT2_SMALL, **overrides})).get_num_params(non_embedding=False)
 
 
 def per_token_std(t):
@@ -215,7 +231,8 @@ def per_token_std(t):
 
 
 def spread(t, arch):
-    """What the family's norm sets to γ per token: the std (LayerNorm, gpt2) or the RMS (RMSNorm, llama)."""
+    """What the family's norm sets to γ per token: the std (LayerNorm, gpt2) or the RMS (RMSNorm,
+    llama)."""
     return per_token_std(t) if arch == "gpt2" else t.pow(2).mean(-1).sqrt()
 
 
@@ -228,10 +245,11 @@ def biased(mode, arch):
 
 
 def copy_probability(mode, tie, **settings):
-    """Mean probability at init that the next token equals the current one, at GPT-2 width (d 768, V 50304)."""
+    """Mean probability at init that the next token equals the current one, at GPT-2 width (d 768, V
+    50304)."""
     torch.manual_seed(0)
-    model = GPT(GPTConfig(norm_mode=mode, n_layer=2, n_head=12, n_embd=768, block_size=16, tie_embeddings=tie,
-                          **settings))
+    model = GPT(GPTConfig(norm_mode=mode, n_layer=2, n_head=12, n_embd=768, block_size=16,
+                          tie_embeddings=tie, **settings))
     idx = torch.randint(0, 50304, (2, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         logits, _ = model.eval()(idx, idx)
@@ -239,14 +257,15 @@ def copy_probability(mode, tie, **settings):
 
 
 def rope_rows(model, T, pos=0):
-    """The rotary table's rows for positions pos..pos+T-1 (llama), or None (gpt2), for calling a block directly."""
+    """The rotary table's rows for positions pos..pos+T-1 (llama), or None (gpt2), for calling a
+    block directly."""
     return None if model.rope is None else model.rope[pos:pos + T]
 
 
 def randomize(model, seed=0):
-    """Weights N(0, 0.3), gains U(0.5, 2) and biases N(0, 0.5): far from the init, where branches are
-    near zero and gains one, so an equation that holds only at init (α on the branch instead of x,
-    sandwich's inner and outer norms swapped) no longer holds."""
+    """Weights N(0, 0.3), gains U(0.5, 2) and biases N(0, 0.5): far from the init, where branches
+    are near zero and gains one, so an equation that holds only at init (α on the branch instead of
+    x, sandwich's inner and outer norms swapped) no longer holds."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -261,8 +280,9 @@ def randomize(model, seed=0):
 
 # train.py on the tiny dataset (test_train.py, test_reliability.py)
 
-TRAIN_TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
-              "--eval_iters=2", "--eval_interval=5", "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3"]
+TRAIN_TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32",
+              "--batch_size=4", "--eval_iters=2", "--eval_interval=5", "--log_interval=1",
+              "--warmup_iters=2", "--learning_rate=3e-3"]
 
 
 def run(data_dir, out_dir, *args):
@@ -284,7 +304,8 @@ def command(*args):
 # Checks before any work (test_sample.py, test_eval.py)
 
 def file_hashes(folder):
-    """{path: sha256} of every file under folder: equal before and after, nothing was written or removed."""
+    """{path: sha256} of every file under folder: equal before and after, nothing was written or
+    removed."""
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -295,19 +316,19 @@ def tripwire(*_, **__):
 
 # Ablations: runs' files and ablate.py's output (test_plots.py, test_ablate_plan.py, test_ablate.py)
 
-ABLATE_TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
-               "--eval_iters=2", "--eval_interval=5", "--log_interval=5", "--warmup_iters=2", "--max_iters=10",
-               "--learning_rate=3e-3", "--seeds=1"]
-COLUMNS = ["mode", "settings", "lr", "seeds", "final val loss", "− pre, same seed", "best val loss", "diverged",
-           "tokens/s", "time/run"]
+ABLATE_TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32",
+               "--batch_size=4", "--eval_iters=2", "--eval_interval=5", "--log_interval=5",
+               "--warmup_iters=2", "--max_iters=10", "--learning_rate=3e-3", "--seeds=1"]
+COLUMNS = ["mode", "settings", "lr", "seeds", "final val loss", "− pre, same seed",
+           "best val loss", "diverged", "tokens/s", "time/run"]
 PLOTS = ["val_loss.png", "lr.png", "grad_norm.png", "resid_rms.png", "angle.png"]
 
 
-def write_run(folder, evals, status="finished", speeds=(1000.0,), seconds=None, stats=None, scores=None,
-              tasks="", limit=None):
-    """A run's files as train.py, ablate.py and eval.py write them: evals [(step, val loss)], a train line per
-    speed (None: untimed), layer stats {step: {key: per block}}, an end line unless status is 'failed',
-    seconds.json if seconds, eval.json of tasks and limit if scores."""
+def write_run(folder, evals, status="finished", speeds=(1000.0,), seconds=None, stats=None,
+              scores=None, tasks="", limit=None):
+    """A run's files as train.py, ablate.py and eval.py write them: evals [(step, val loss)], a
+    train line per speed (None: untimed), layer stats {step: {key: per block}}, an end line unless
+    status is 'failed', seconds.json if seconds, eval.json of tasks and limit if scores."""
     folder.mkdir(parents=True, exist_ok=True)
     events = []
     for step, loss in evals:
@@ -321,11 +342,13 @@ def write_run(folder, evals, status="finished", speeds=(1000.0,), seconds=None, 
     if seconds is not None:
         (folder / "seconds.json").write_text(json.dumps(dict(seconds=seconds)))
     if scores is not None:
-        (folder / "eval.json").write_text(json.dumps(dict(settings=dict(tasks=tasks, limit=limit), scores=scores)))
+        (folder / "eval.json").write_text(json.dumps(dict(settings=dict(tasks=tasks, limit=limit),
+                                                          scores=scores)))
 
 
 def ablate_main(*args):
-    """ablate.main in this process (its runs are processes of their own); returns what it printed."""
+    """ablate.main in this process (its runs are processes of their own); returns what it
+    printed."""
     import ablate  # here, not above: it imports matplotlib, which most test files do without
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
