@@ -476,7 +476,8 @@ sys.path.insert(0, os.getcwd())
 import data, eval as evaluation
 score = evaluation.GPTAdapter._loglikelihood_tokens
 
-def counted(self, requests, disable_tqdm, **kwargs):  # each process notes how many requests it scores
+# each process notes how many requests it scores
+def counted(self, requests, disable_tqdm, **kwargs):
     with open(os.path.join(sys.argv[-1], "scored-" + os.environ["RANK"]), "a") as f:
         f.write(f"{len(requests)}\\n")
     return score(self, requests, disable_tqdm, **kwargs)

@@ -879,7 +879,7 @@ def test_a_title_names_the_dataset_the_block_the_size_range_the_rate_the_steps_a
     assert plots.setting([], plan).endswith(", 0 seeds")
 
 
-def test_a_size_figure_draws_every_point_without_parameter_counts_and_the_parameter_figure_only_those_counted(
+def test_a_size_figure_draws_every_point_and_the_parameter_figure_only_those_counted(
         tmp_path, drawn):
     plan, _, groups = ladder_of(tmp_path)
     uncounted = [g | dict(params=None) for g in groups]
