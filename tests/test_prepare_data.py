@@ -861,13 +861,15 @@ HELP_OPTIONS = """
 options:
   -h, --help            show this help message and exit
   --input PATH [PATH ...]
-                        local text instead of a download (shakespeare*), or the files and globs of `text`
+                        local text instead of a download (shakespeare*), or the files and globs of
+                        `text`
   --tokenizer gpt2|char
                         GPT-2 BPE or the text's own characters (default: per dataset)
   --out DIR             output folder (default: data/DATASET)
   --num_tokens N        stop after this many tokens, val and train together
-  --val_tokens N        held out: the first N tokens of the stream; default 5% of the corpus, at most 100M
-                        (shakespeare*: nanoGPT's last 10% of the text, its first N/10 tokens under --num_tokens N)
+  --val_tokens N        held out: the first N tokens of the stream; default 5% of the corpus, at
+                        most 100M (shakespeare*: nanoGPT's last 10% of the text, its first N/10
+                        tokens under --num_tokens N)
   --shard_tokens N      tokens per shard file (default 1e8)
   --workers N           tokenizer processes (default: all cores)
   --text_column NAME    the column of .jsonl/.json/.parquet rows (text)
@@ -881,7 +883,7 @@ def test_command_line_help_and_errors(tmp_path):
     would log its own."""
     run = lambda *args: subprocess.run([sys.executable, "prepare_data.py", *args], cwd=ROOT,
                                        capture_output=True, text=True,
-                                       env={**os.environ, "PYTHONPATH": "", "COLUMNS": "120"})
+                                       env={**os.environ, "PYTHONPATH": "", "COLUMNS": "100"})
     help_text = run("--help").stdout
     usage = help_text.split("\n\n")[0]
     assert usage.split() == ("usage: prepare_data.py [-h] [--input PATH [PATH ...]] "
