@@ -1,12 +1,14 @@
-"""GPT-2 small (124M) on FineWeb-Edu: what the *_125m configs share, so they differ in their norm settings
-(and simplenorm's learning rate). 50,000 steps of 131,072 tokens read 6.6B tokens; prepare them with
+"""GPT-2 small (124M) on FineWeb-Edu: what the *_125m configs share, so they differ in their norm
+settings (and simplenorm's learning rate). 50,000 steps of 131,072 tokens read 6.6B tokens; prepare
+them with
     python prepare_data.py fineweb_edu --num_tokens 7000000000
 """
 # data
 dataset = "fineweb_edu"
 block_size = 512
 batch_size = 32  # per GPU
-total_batch_size = 131_072  # tokens per step: 32 x 512 x 8 GPUs; gradient accumulation fills in on fewer
+# tokens per step: 32 x 512 x 8 GPUs; gradient accumulation fills in on fewer
+total_batch_size = 131_072
 # model: GPT-2 small
 n_layer = 12
 n_head = 12

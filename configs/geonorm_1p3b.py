@@ -7,7 +7,8 @@ norm_mode = "geonorm"
 n_layer = 24
 n_head = 16
 n_embd = 2048
-batch_size = 16  # per GPU, to fit 80 GB next to the fp32 geodesic steps; accumulation keeps 131,072 tokens/step
+# per GPU, to fit 80 GB next to the fp32 geodesic steps; accumulation keeps 131,072 tokens/step
+batch_size = 16
 learning_rate = 2e-4  # GPT-3's for this size
 min_lr = 2e-5
 out_dir = "out/geonorm_1p3b"

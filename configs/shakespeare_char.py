@@ -1,6 +1,8 @@
-"""Tiny Shakespeare by characters on a CPU, in about 3 minutes on 2 cores (nanoGPT's shakespeare_char, shrunk).
-    python prepare_data.py shakespeare_char --input input.txt   # without --input it downloads the text
-    python train.py configs/shakespeare_char.py                 # add --norm_mode=geonorm etc. to compare
+"""Tiny Shakespeare by characters on a CPU, in about 3 minutes on 2 cores (nanoGPT's
+shakespeare_char, shrunk).
+    python prepare_data.py shakespeare_char --input input.txt
+        # without --input it downloads the text
+    python train.py configs/shakespeare_char.py   # add --norm_mode=geonorm etc. to compare
     python sample.py --out_dir=out/shakespeare_char --start="ROMEO:"
 """
 out_dir = "out/shakespeare_char"

@@ -4,6 +4,7 @@
 from configs.base_125m import *  # the settings the six *_125m configs share
 
 norm_mode = "simplenorm"
-learning_rate = 1.8e-3  # 3 x 6e-4: SimpleGPT trains nanoGPT at 3x the baseline rate (docs/spec.md §7.2)
+# 3 x 6e-4: SimpleGPT trains nanoGPT at 3x the baseline rate (docs/spec.md §7.2)
+learning_rate = 1.8e-3
 min_lr = 1.8e-4
 out_dir = "out/simplenorm_125m"
