@@ -1,5 +1,5 @@
-"""The depth ladder: the lab (eleven modes, Peri-LN, DyT) at 2, 4, 8 and 16 blocks on tiny
-Shakespeare by characters.
+"""The depth ladder: the lab's first 13 entries (eleven modes, Peri-LN, DyT) at 2, 4, 8 and 16
+blocks on tiny Shakespeare by characters.
     python prepare_data.py shakespeare_char --input input.txt
     python ablate.py configs/ablate_depth_char.py   # about 4.5 hours on 2 cores; again to resume
     python ablate.py configs/ablate_depth_char.py --figures=DIR

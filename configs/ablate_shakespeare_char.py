@@ -15,7 +15,7 @@ eval_interval = 500
 # 102k characters drawn from the 111k of val: with 20 batches the eval set alone moved loss
 # by ~0.015
 eval_iters = 100
-# the six; the lab's config runs all thirteen
+# the six; the lab's config runs every entry
 ablate_modes = "post,pre,deep,sandwich,geonorm,simplenorm"
 ablate_seeds = [1]
 ablate_jobs = 2  # two one-thread runs at once beat one two-thread run on 2 cores

@@ -7,7 +7,7 @@ and x_0 scaled by a learned √d; their README reports validation losses of 2.94
 (DyT) and 2.94 (Derf). Chosen here: the rest of base_125m, lr 6e-4 included, and no decay on α, s,
 γ, β (normgpt's rule below 2-D). Sweep α over 0.5 (the class default of their other models) and 1.0.
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "pre"
 norm_type = "derf"

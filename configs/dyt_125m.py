@@ -8,7 +8,7 @@ norm) and a learned embedding scale s, here √d so that x_0 has their RMS 0.02�
 1.0, 1.5 with the other two a quarter of it), the tied head (theirs is untied; DyT has no copy
 bias), no decay on α, γ, s (they decay all), and the rest of base_125m, lr 6e-4 included.
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "pre"
 norm_type = "dyt"

@@ -6,7 +6,7 @@ row (gpas=True also fits sandwich, lns, deep and mixln). Left out: their clip on
 (--clip_gate_grad, used at 1B and 7B). Chosen here: the rest of base_125m, lr 6e-4 and the tied head
 included (theirs: Adam at 1e-3, no weight decay).
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "pre"
 gpas = True

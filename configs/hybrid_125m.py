@@ -7,7 +7,7 @@ HybridNorm* (hybrid_star=True makes block 1 pre-norm, as their MoE runs), the fa
 OLMo's megatron init, no decay on gains (they decay them), and the rest of base_125m, lr 6e-4
 included.
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "hybrid"
 hybrid_star = False  # the model's default

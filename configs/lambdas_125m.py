@@ -6,7 +6,7 @@ sub-layer, λ_res from √1.1 (1.1 a block) and λ_post from 1. Left out: the re
 (its MUDD MLPs) and its optimizer multipliers (λ_res at 5x the rate); normgpt's AdamW does not decay
 them (1-D). Chosen here: the rest of base_125m, lr 6e-4 and the tied head included.
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "pre"
 res_scale = "lambda"

@@ -7,7 +7,7 @@ x + λ⊙f(N(x)) in both sub-layers, λ of width d, the class default 1e-4 (thei
 Chosen here: an untied head, since a near-identity network keeps ln_f and so, tied, predicts the
 current token (§14.2's numerics: P = 0.46), and the rest of base_125m, lr 6e-4 included.
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "pre"
 res_scale = "layerscale"

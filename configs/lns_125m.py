@@ -6,7 +6,7 @@ warns against. Chosen here: the rest of base_125m, lr 6e-4 and the tied head inc
 scripts' Adam at 1e-3, weight decay 0 and untied head are their framework's, not the method's,
 §13.0; lns has no copy bias at init).
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "lns"
 # W_o and W₂ plain 0.02 (the model's default; True keeps GPT-2's 0.02/√(2L))

@@ -6,7 +6,7 @@ base_125m, lr 6e-4 and the family's init included (their Adam at 1e-3 with weigh
 framework's). Untied because, tied, the post blocks give a copy bias at init (P(next =
 current) 0.37, loss 11.6 against ln V = 10.8): compare it with pre_125m.py --tie_embeddings=False.
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "mixln"
 mixln_alpha = 0.25  # blocks 1-3 of 12 post-norm (the model's default)

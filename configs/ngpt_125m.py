@@ -9,7 +9,7 @@ positions projected like E (their code is rotary and SwiGLU: llama_ngpt_1b.py), 
 batch and steps. Their launcher uses 3e-3, and their sweep at 0.5B finds nGPT flat over
 1.5e-3..3e-3.
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "ngpt"
 learning_rate = 1.5e-3

@@ -7,7 +7,7 @@ n_head chunks, as their code does. Chosen here: the rest of base_125m, lr 6e-4 a
 included, so that the row is matched to pre; the authors raise the rate at 125M (3e-3: sweep 6e-4,
 1.5e-3, 3e-3), and their 125M best command adds --scale-resids (normformer_scale_resids=True).
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "normformer"
 normformer_scale_resids = False  # the model's default: the three-flag model

@@ -5,7 +5,7 @@ docs/spec.md §13.3): a norm before and after each sub-layer, one on x_0 and the
 gain learned. Chosen here: the rest of base_125m, with no QK-norm (OLMo-core's Peri-LN ladder adds
 it) and the tied head (its copy bias at init is small: P(next = current) 0.0025).
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "sandwich"
 embed_norm = True  # x_0 = LN(E[t] + P[pos])

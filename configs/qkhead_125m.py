@@ -5,7 +5,7 @@ k, one gain of the head size shared by the heads, before rotary in the llama fam
 (OLMo 2, as reorder_125m runs) normalizes over all heads together instead. Chosen here: the rest of
 base_125m.
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "pre"
 qk_norm = "per_head"

@@ -6,7 +6,7 @@ unnormalized stream. Chosen here: the rest of base_125m (LayerNorm ε 1e-5 for O
 learned positions for rotary θ 500,000, the tied head, lr 6e-4); its matched baseline is
 pre_125m.py --qk_norm=True.
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "reorder"
 qk_norm = True

@@ -7,7 +7,7 @@ identity and the head reads x_0 itself. Chosen here: the rest of base_125m, lr 6
 head included, so that the row is matched to pre; with no ln_f the tied head has no copy bias
 (§14.2's numerics: P = 3e-5).
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "rezero"
 out_dir = "out/rezero_125m"

@@ -5,7 +5,7 @@ norms, the final norm, and the init gain √(ln 2L) (1.78 at 12 blocks) on W_v, 
 here: that gain on the family's init, not on torchscale's Xavier base, and the rest of base_125m,
 lr 6e-4 and the tied head included.
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "subln"
 subln_init_gain = True  # the model's default

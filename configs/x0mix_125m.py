@@ -7,7 +7,7 @@ codes mix it in).
 Left out: its optimizer's own rates for λ and μ, its backout and its logit softcap. Chosen here: the
 rest of base_125m, lr 6e-4 and the tied head included.
 """
-from configs.base_125m import *  # the settings the *_125m configs share
+from configs.base_125m import *  # the settings every *_125m config shares
 
 norm_mode = "pre"
 x0_mix = True
