@@ -115,7 +115,7 @@ def test_committed_runs_hold_no_machine_paths():
 def test_every_line_of_code_is_within_100_characters():
     """The house rule, as nanoGPT keeps it: the code and its tests read without scrolling, one
     statement a line (configs/ too: a fork edits them first)."""
-    files = [*ROOT.glob("*.py"), *(ROOT / "tests").glob("*.py"), *(ROOT / "configs").glob("*.py")]
+    files = [*ROOT.glob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "configs").glob("*.py")]
     long = [f"{path.relative_to(ROOT)}:{number}"
             for path in files
             for number, line in enumerate(path.read_text().splitlines(), 1) if len(line) > 100]
