@@ -1,12 +1,14 @@
-"""Mutation testing only: the pytest plugin that setup.cfg's [mutmut] loads into every test run of mutmut (its
-stats run, the clean run, one run per mutant), in the copy of the repository under mutants/. The normal suite
-never loads it. It
-- runs each mutant in the processes the tests start too: sitecustomize.py, put on their PYTHONPATH (also
-  where a test empties PYTHONPATH to run a script as a user would), follows scripts run as __main__ and, in
-  the stats run, reports the functions such a process called, counted here for the test that started it;
-- points the copy at the checkout's ../shared (tests/conftest.py looks beside the copy, inside the checkout);
-- runs a mutant's tests cheapest module first, fastest test first, as timed in the stats run, so that a killed
-  mutant stops (pytest -x) at its first failing test soon.
+"""Mutation testing only: the pytest plugin that setup.cfg's [mutmut] loads into every test run of
+mutmut (its stats run, the clean run, one run per mutant), in the copy of the repository under
+mutants/. The normal suite never loads it. It
+- runs each mutant in the processes the tests start too: sitecustomize.py, put on their PYTHONPATH
+  (also where a test empties PYTHONPATH to run a script as a user would), follows scripts run as
+  __main__ and, in the stats run, reports the functions such a process called, counted here for the
+  test that started it;
+- points the copy at the checkout's ../shared (tests/conftest.py looks beside the copy, inside the
+  checkout);
+- runs a mutant's tests cheapest module first, fastest test first, as timed in the stats run, so
+  that a killed mutant stops (pytest -x) at its first failing test soon.
 """
 import importlib.util
 import json
@@ -22,7 +24,8 @@ import pytest
 
 HERE = Path(__file__).resolve().parent  # mutants/tests/mutation
 COPY = HERE.parents[1]  # mutants/
-SHARED = COPY.parent.parent / "shared"  # what tests/conftest.py finds in the checkout: its ../shared
+# what tests/conftest.py finds in the checkout: its ../shared
+SHARED = COPY.parent.parent / "shared"
 COSTS = COPY / "normgpt-test-seconds.json"  # each test's setup + call + teardown in the stats run
 
 # this folder's sitecustomize.py, which the subprocesses import at start-up, under a name of its own
@@ -32,7 +35,8 @@ _spec.loader.exec_module(hooks)
 
 hooks.follow_scripts()
 hooks.record_forked_children()
-os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
 if (SHARED / "tiktoken_cache").is_dir():
     os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(SHARED / "tiktoken_cache"))
 
@@ -40,12 +44,14 @@ _popen_init = subprocess.Popen.__init__
 
 
 def _popen_init_with_hooks(self, *args, **kwargs):
-    """A test's own environment for a subprocess (made from os.environ) keeps this folder on PYTHONPATH."""
+    """A test's own environment for a subprocess (made from os.environ) keeps this folder on
+    PYTHONPATH."""
     env = kwargs.get("env")
     if env is not None and "MUTANT_UNDER_TEST" in env:
         paths = env.get("PYTHONPATH", "").split(os.pathsep)
         if str(HERE) not in paths:
-            kwargs["env"] = {**env, "PYTHONPATH": os.pathsep.join([str(HERE), *filter(None, paths)])}
+            kwargs["env"] = {**env,
+                             "PYTHONPATH": os.pathsep.join([str(HERE), *filter(None, paths)])}
     _popen_init(self, *args, **kwargs)
 
 
@@ -61,8 +67,9 @@ _seconds = None  # in the stats run: {test id: its setup + call + teardown}
 
 
 def quiet_while_compiling():
-    """The stats run's bookkeeping in each trampoline (a ContextVar, a set) stops torch.compile(fullgraph=True),
-    as a graph break does: it is skipped while dynamo traces (the same test's eager calls are recorded)."""
+    """The stats run's bookkeeping in each trampoline (a ContextVar, a set) stops
+    torch.compile(fullgraph=True), as a graph break does: it is skipped while dynamo traces (the
+    same test's eager calls are recorded)."""
     import torch
     from mutmut.core import MutmutCallStack
     from mutmut.mutation import trampoline
@@ -93,12 +100,13 @@ def quiet_while_compiling():
 
 
 def restore_signals():
-    """Python's own handlers in a test process. mutmut's fork server ignores SIGINT and answers SIGTERM by
-    SIGKILLing the mutants it runs; each mutant's process inherits both, and so do the workers of a
-    multiprocessing pool that a test forks (prepare_data's). The pool's terminate() sends its workers SIGTERM,
-    and they killed the other mutant running beside this one: exit -9, which mutmut reports as "segfault" (and
-    the idle workers stayed behind, waiting on their queue). In the fork server itself this runs first: mutmut
-    installs its handlers after collecting the tests."""
+    """Python's own handlers in a test process. mutmut's fork server ignores SIGINT and answers
+    SIGTERM by SIGKILLing the mutants it runs; each mutant's process inherits both, and so do the
+    workers of a multiprocessing pool that a test forks (prepare_data's). The pool's terminate()
+    sends its workers SIGTERM, and they killed the other mutant running beside this one: exit -9,
+    which mutmut reports as "segfault" (and the idle workers stayed behind, waiting on their queue).
+    In the fork server itself this runs first: mutmut installs its handlers after collecting the
+    tests."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -135,7 +143,8 @@ def pytest_runtest_logreport(report):
 
 def pytest_unconfigure(config):
     global _seconds
-    if _seconds:  # added to the earlier stats runs' (mutmut runs stats again for tests it has not seen)
+    # added to the earlier stats runs' (mutmut runs stats again for tests it has not seen)
+    if _seconds:
         earlier = json.loads(COSTS.read_text()) if COSTS.is_file() else {}
         COSTS.write_text(json.dumps(earlier | _seconds, indent=0))
     _seconds = None
@@ -145,8 +154,9 @@ def pytest_unconfigure(config):
 
 
 def chosen(entries, nodeid):
-    """Whether NORMGPT_MUTATE_TESTS's entries choose a test: the most specific entry that names it decides, its
-    case (file::test[params]), its test (file::test) or its file; one with a leading '-' leaves it out."""
+    """Whether NORMGPT_MUTATE_TESTS's entries choose a test: the most specific entry that names it
+    decides, its case (file::test[params]), its test (file::test) or its file; one with a leading
+    '-' leaves it out."""
     for name in (nodeid, nodeid.split("[")[0], nodeid.split("::")[0]):
         if name in entries or "-" + name in entries:
             return name in entries
@@ -154,10 +164,10 @@ def chosen(entries, nodeid):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Only the tests NORMGPT_MUTATE_TESTS chooses (entries by spaces: see chosen), when it is set: a file's
-    mutants against the tests written for it, in minutes rather than the whole suite's hours. A mutant's tests:
-    the module that cost least in the stats run first (its fixtures are set up once), and within a module the
-    fastest first."""
+    """Only the tests NORMGPT_MUTATE_TESTS chooses (entries by spaces: see chosen), when it is set:
+    a file's mutants against the tests written for it, in minutes rather than the whole suite's
+    hours. A mutant's tests: the module that cost least in the stats run first (its fixtures are set
+    up once), and within a module the fastest first."""
     if entries := set(os.environ.get("NORMGPT_MUTATE_TESTS", "").split()):
         kept = {i: chosen(entries, i.nodeid) for i in items}
         config.hook.pytest_deselected(items=[i for i in items if not kept[i]])

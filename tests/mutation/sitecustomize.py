@@ -1,15 +1,18 @@
-"""Mutation testing only (setup.cfg's [mutmut]): Python imports this file at the start of every process that a
-test starts while mutmut runs, because pytest_plugin.py puts this folder on PYTHONPATH; the normal suite never
-sees it.
+"""Mutation testing only (setup.cfg's [mutmut]): Python imports this file at the start of every
+process that a test starts while mutmut runs, because pytest_plugin.py puts this folder on
+PYTHONPATH; the normal suite never sees it.
 
-mutmut 3 switches a mutant on by the environment variable MUTANT_UNDER_TEST ('train.x_main__mutmut_7'), which
-a test's subprocess inherits, and the subprocess runs the mutated copy under mutants/ (the tests' ROOT there).
-Two gaps are closed here, for the subprocess and in the test process alike:
-- a file run as a script (python train.py, torchrun eval.py, runpy's run_name='__main__') is the module
-  __main__, so no mutant of its own functions would ever switch on: they answer to the file's name instead;
-- in the stats run (MUTANT_UNDER_TEST=stats), where mutmut learns which tests call which function, the calls
-  made in a subprocess or a forked child are written to a file, and the plugin counts them for the test that
-  started it: else a test that checks train.py through its command line would run against no mutant of it.
+mutmut 3 switches a mutant on by the environment variable MUTANT_UNDER_TEST
+('train.x_main__mutmut_7'), which a test's subprocess inherits, and the subprocess runs the mutated
+copy under mutants/ (the tests' ROOT there). Two gaps are closed here, for the subprocess and in the
+test process alike:
+- a file run as a script (python train.py, torchrun eval.py, runpy's run_name='__main__') is the
+  module __main__, so no mutant of its own functions would ever switch on: they answer to the file's
+  name instead;
+- in the stats run (MUTANT_UNDER_TEST=stats), where mutmut learns which tests call which function,
+  the calls made in a subprocess or a forked child are written to a file, and the plugin counts them
+  for the test that started it: else a test that checks train.py through its command line would run
+  against no mutant of it.
 """
 import atexit
 import functools
@@ -17,11 +20,13 @@ import inspect
 import os
 import uuid
 
-STATS_DIR = "NORMGPT_MUTMUT_STATS"  # where the processes of the stats run write the functions they called
+# where the processes of the stats run write the functions they called
+STATS_DIR = "NORMGPT_MUTMUT_STATS"
 
 
 def follow_scripts():
-    """The trampoline of a function of a file run as __main__ switches on the mutants of the file's module."""
+    """The trampoline of a function of a file run as __main__ switches on the mutants of the file's
+    module."""
     from mutmut.mutation import trampoline
     if getattr(trampoline, "follows_scripts", False):
         return
@@ -31,15 +36,19 @@ def follow_scripts():
         decorate = wrap_in_trampoline(mutants, is_classmethod)
 
         def decorator(function):
-            wrapper = decorate(function)  # pickle and the script's globals see wrapper: it stays in __main__
+            # pickle and the script's globals see wrapper: it stays in __main__
+            wrapper = decorate(function)
             if function.__module__ != "__main__":
                 return wrapper
             module = os.path.splitext(os.path.basename(function.__code__.co_filename))[0]
-            function.__module__ = module  # the trampoline compares this with MUTANT_UNDER_TEST's module
+            # the trampoline compares this with MUTANT_UNDER_TEST's module
+            function.__module__ = module
 
-            def rename_original():  # the stats run records the original's module (in mutants once called)
+            # the stats run records the original's module (in mutants once called)
+            def rename_original():
                 original = mutants["_mutmut_orig"]
-                getattr(original, "__func__", original).__module__ = module  # a classmethod's is bound
+                # a classmethod's is bound
+                getattr(original, "__func__", original).__module__ = module
 
             if inspect.isgeneratorfunction(wrapper):
                 @functools.wraps(wrapper)
@@ -59,7 +68,8 @@ def follow_scripts():
 
 
 def record_to_file():
-    """In the stats run: this process's calls of mutated functions go to a file of STATS_DIR at exit."""
+    """In the stats run: this process's calls of mutated functions go to a file of STATS_DIR at
+    exit."""
     from mutmut.mutation import trampoline
     called = set()
     trampoline.record_trampoline_hit = lambda name, caller=None: called.add(name)
@@ -73,18 +83,21 @@ def record_to_file():
             called.clear()  # once, whichever of the two runs first
 
     atexit.register(write)  # a process that exits normally
-    import multiprocessing.util  # a forked multiprocessing child leaves by os._exit, after its finalizers
+    # a forked multiprocessing child leaves by os._exit, after its finalizers
+    import multiprocessing.util
 
     def finalize(_):
         multiprocessing.util.Finalize(None, write, exitpriority=0)
 
     finalize(None)
-    # a multiprocessing Process clears the finalizers it forked with, then runs the after-fork hooks: once more
+    # a multiprocessing Process clears the finalizers it forked with, then runs the after-fork
+    # hooks: once more
     multiprocessing.util.register_after_fork(write, finalize)
 
 
 def record_forked_children():
-    """A child forked in the stats run (test_reliability's, prepare_data's pool) records to a file too."""
+    """A child forked in the stats run (test_reliability's, prepare_data's pool) records to a file
+    too."""
     from mutmut.mutation.trampoline import get_mutant_under_test
 
     def in_child():
