@@ -41,9 +41,9 @@ def model_notes():
     lines just above a field, then the comment on its line."""
     notes = {}
     above = []
-    for line in inspect.getsource(GPTConfig).splitlines()[1:]:
+    for line in inspect.getsource(GPTConfig).splitlines():
         text = line.strip()
-        if text.startswith(("def ", "@")):  # the fields come first
+        if text.startswith("def "):  # the fields come first
             break
         name, colon, rest = text.partition(":")
         if text.startswith("#"):
@@ -51,7 +51,7 @@ def model_notes():
         elif colon and name.isidentifier():
             notes[name] = " ".join([*above, rest.partition("  # ")[2]]).strip()
             above = []
-        else:  # a blank line: the comment above it is no field's
+        elif not text:  # a blank line: the comment above it is no field's
             above = []
     return notes
 
