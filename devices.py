@@ -1,5 +1,6 @@
 """The process a script runs in: its device and dtype, its place among torchrun's processes, and
-how a model is spread over them (DDP or FSDP2)."""
+torch.compile's cache mended after a stop. (How train.py spreads its model over the processes, DDP
+or FSDP2, is its parallelize.)"""
 import dataclasses
 import os
 import sys
@@ -7,10 +8,6 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from data import first_line
 
@@ -49,29 +46,6 @@ def check_launch(device, backend, parallel):
         what = "parallel='fsdp'" if parallel == "fsdp" else "torchrun's processes"
         sys.exit(f"error: {what} needs device cuda or cpu, not {device!r}: choose one of those")
     return device
-
-
-def accumulation_steps(cfg, world):
-    """Micro-batches per process and step: the global count, total_batch_size's or
-    gradient_accumulation_steps (None: one per process), split over the world processes. The count
-    is written back to cfg, so that config.json and a resume on another number of processes keep the
-    tokens per step."""
-    steps, tokens = cfg.gradient_accumulation_steps or world, cfg.batch_size * cfg.block_size
-    if cfg.total_batch_size:
-        # tokens 0: block_size 0, which the model rejects
-        steps = tokens and cfg.total_batch_size // tokens
-        if steps * tokens != cfg.total_batch_size:
-            sys.exit(f"error: total_batch_size={cfg.total_batch_size} is not a multiple of "
-                     f"batch_size * block_size = {tokens}: change one of them")
-        if steps % world:
-            sys.exit(f"error: total_batch_size={cfg.total_batch_size} makes {steps} micro-batches "
-                     f"of {tokens} tokens, which do not split over {world} processes: make it a "
-                     f"multiple of {tokens * world}")
-    elif steps % world:
-        sys.exit(f"error: gradient_accumulation_steps={steps} does not split over {world} "
-                 f"processes: make it a multiple of {world}, or None (one micro-batch per process)")
-    cfg.gradient_accumulation_steps = steps
-    return steps // world
 
 
 @contextmanager
@@ -158,12 +132,6 @@ class Process:
             print(*args, **kwargs)
 
 
-def compiles(cfg, device):
-    """Whether the compile setting torch.compiles the model on device: None compiles on CUDA
-    only."""
-    return device.startswith("cuda") if cfg.compile is None else cfg.compile
-
-
 def repair_compile_cache():
     """Delete the compiled kernels in torch's inductor cache that a compiler stopped mid-write left
     cut short: a Ctrl-C or a scheduler's SIGTERM reaches the whole process group, g++ too, and torch
@@ -197,36 +165,3 @@ def whole_elf(path):
     section_headers = int.from_bytes(header[at[0]:at[0] + at[1]], endian)
     entry, count = (int.from_bytes(header[i:i + 2], endian) for i in at[2:])
     return size >= section_headers + entry * count
-
-
-def parallelize(model, cfg, proc):
-    """Activation checkpointing per block, torch.compile, then DDP or FSDP2 (fully_shard each Block,
-    then the root), as the settings cfg and the process proc say. Returns (train_model, eval_model):
-    DDP's wrapper and the model inside, or the sharded model for both."""
-    compiled = compiles(cfg, proc.device)
-    if compiled:
-        repair_compile_cache()
-    blocks, fsdp = model.transformer.h, cfg.parallel == "fsdp"
-    for i in range(len(blocks)):
-        # non-reentrant: the same gradients; the RNG replayed for dropout
-        if cfg.activation_checkpointing:
-            blocks[i] = checkpoint_wrapper(blocks[i])
-        # per block, as torchtitan: the sharding's collectives run between the graphs
-        if compiled and fsdp:
-            blocks[i].compile()
-    if not fsdp:
-        model = torch.compile(model) if compiled else model
-        ids = [proc.device] if proc.device.startswith("cuda") else None
-        return (DDP(model, device_ids=ids, gradient_as_bucket_view=True) if proc.world > 1
-                else model), model
-    mesh = init_device_mesh(proc.device.split(":")[0], (proc.world,))
-    # bf16 on CUDA: blocks gather bf16 weights and reduce fp32 gradients; their fp32 inputs, the
-    # fp32 root and autocast keep ddp's numbers but for bf16 norm gains. (CPU autocast runs
-    # layer_norm in the weights' dtype: fp32 there.)
-    bf16 = proc.dtype == "bfloat16" and proc.device.startswith("cuda")
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
-                              cast_forward_inputs=False)
-    for block in blocks:
-        fully_shard(block, mesh=mesh, mp_policy=mp if bf16 else MixedPrecisionPolicy())
-    fully_shard(model, mesh=mesh)
-    return model, model

@@ -35,6 +35,9 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -176,6 +179,29 @@ def configure(argv):
     return types.SimpleNamespace(**cfg), ckpt
 
 
+def accumulation_steps(cfg, world):
+    """Micro-batches per process and step: the global count, total_batch_size's or
+    gradient_accumulation_steps (None: one per process), split over the world processes. The count
+    is written back to cfg, so that config.json and a resume on another number of processes keep the
+    tokens per step."""
+    steps, tokens = cfg.gradient_accumulation_steps or world, cfg.batch_size * cfg.block_size
+    if cfg.total_batch_size:
+        # tokens 0: block_size 0, which the model rejects
+        steps = tokens and cfg.total_batch_size // tokens
+        if steps * tokens != cfg.total_batch_size:
+            sys.exit(f"error: total_batch_size={cfg.total_batch_size} is not a multiple of "
+                     f"batch_size * block_size = {tokens}: change one of them")
+        if steps % world:
+            sys.exit(f"error: total_batch_size={cfg.total_batch_size} makes {steps} micro-batches "
+                     f"of {tokens} tokens, which do not split over {world} processes: make it a "
+                     f"multiple of {tokens * world}")
+    elif steps % world:
+        sys.exit(f"error: gradient_accumulation_steps={steps} does not split over {world} "
+                 f"processes: make it a multiple of {world}, or None (one micro-batch per process)")
+    cfg.gradient_accumulation_steps = steps
+    return steps // world
+
+
 def load_dataset(cfg, master=None, ckpt=None):
     """The dataset's meta.json and each split's shards (paths, token counts) with its vocab_size,
     each shard's header and size checked, and the data against block_size and the checkpoint's
@@ -228,7 +254,7 @@ def model_config(cfg, meta, ckpt):
 def build_model(cfg, config, ckpt, proc):
     """(raw_model, train_model, eval_model, optimizer): the model of config, fresh or from the
     checkpoint, or OpenAI's GPT-2 (config None), whose model settings then replace cfg's (for
-    config.json and resuming); wrapped to train and to evaluate (devices.parallelize); AdamW, its
+    config.json and resuming); wrapped to train and to evaluate (parallelize); AdamW, its
     state restored when resuming."""
     torch.manual_seed(cfg.seed)
     # fsdp moves just this process's shard there
@@ -243,13 +269,52 @@ def build_model(cfg, config, ckpt, proc):
             sys.exit(f"error: {e}")
         vars(cfg).update({k: v for k, v in dataclasses.asdict(raw_model.config).items()
                           if k in vars(cfg)})
-    train_model, eval_model = devices.parallelize(raw_model, cfg, proc)
+    train_model, eval_model = parallelize(raw_model, cfg, proc)
     optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
                                                (cfg.beta1, cfg.beta2),
                                                proc.device.split(":")[0])
     if ckpt:
         checkpoint.restore(raw_model, optimizer, ckpt, cfg.out_dir)
     return raw_model, train_model, eval_model, optimizer
+
+
+def compiles(cfg, device):
+    """Whether the compile setting torch.compiles the model on device: None compiles on CUDA
+    only."""
+    return device.startswith("cuda") if cfg.compile is None else cfg.compile
+
+
+def parallelize(model, cfg, proc):
+    """Activation checkpointing per block, torch.compile, then DDP or FSDP2 (fully_shard each Block,
+    then the root), as the settings cfg and the process proc say. Returns (train_model, eval_model):
+    DDP's wrapper and the model inside, or the sharded model for both."""
+    compiled = compiles(cfg, proc.device)
+    if compiled:
+        devices.repair_compile_cache()
+    blocks, fsdp = model.transformer.h, cfg.parallel == "fsdp"
+    for i in range(len(blocks)):
+        # non-reentrant: the same gradients; the RNG replayed for dropout
+        if cfg.activation_checkpointing:
+            blocks[i] = checkpoint_wrapper(blocks[i])
+        # per block, as torchtitan: the sharding's collectives run between the graphs
+        if compiled and fsdp:
+            blocks[i].compile()
+    if not fsdp:
+        model = torch.compile(model) if compiled else model
+        ids = [proc.device] if proc.device.startswith("cuda") else None
+        return (DDP(model, device_ids=ids, gradient_as_bucket_view=True) if proc.world > 1
+                else model), model
+    mesh = init_device_mesh(proc.device.split(":")[0], (proc.world,))
+    # bf16 on CUDA: blocks gather bf16 weights and reduce fp32 gradients; their fp32 inputs, the
+    # fp32 root and autocast keep ddp's numbers but for bf16 norm gains. (CPU autocast runs
+    # layer_norm in the weights' dtype: fp32 there.)
+    bf16 = proc.dtype == "bfloat16" and proc.device.startswith("cuda")
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                              cast_forward_inputs=False)
+    for block in blocks:
+        fully_shard(block, mesh=mesh, mp_policy=mp if bf16 else MixedPrecisionPolicy())
+    fully_shard(model, mesh=mesh)
+    return model, model
 
 
 # ----------------------------------------------------------------------------------------- training
@@ -354,7 +419,7 @@ class Throughput:
         self.model = model
         self.first_step = first_step
         self.log_interval = cfg.log_interval
-        compiling = devices.compiles(cfg, device)
+        compiling = compiles(cfg, device)
         self.warmup = "compiling, warming up" if compiling else "warming up"
         self.micro_batches = cfg.batch_size * accum
         self.tokens_per_step = cfg.batch_size * cfg.block_size * accum * world
@@ -447,7 +512,7 @@ def main(argv):
     with devices.one_voice():
         cfg, ckpt = configure(argv)
         device = devices.check_launch(cfg.device, cfg.backend, cfg.parallel)
-        accum = devices.accumulation_steps(cfg, devices.planned_world())
+        accum = accumulation_steps(cfg, devices.planned_world())
         meta, data = load_dataset(cfg, ckpt=ckpt)
         config = model_config(cfg, meta, ckpt)
     if cfg.dry_run:  # its model on the meta device: nothing allocated
@@ -569,7 +634,7 @@ def run_training(cfg, proc, ckpt, meta, data, config):
                  "(more gradient_accumulation_steps keep the tokens per step), "
                  "activation_checkpointing=True, parallel='fsdp'")
     except Exception as e:
-        if not (signals.received and devices.compiles(cfg, proc.device)):
+        if not (signals.received and compiles(cfg, proc.device)):
             raise
         # a Ctrl-C or a scheduler's SIGTERM reaches the whole process group:
         # the compiler died of it too

@@ -1,6 +1,6 @@
 """devices.py in this process: the device and dtype settings, the launch checks' one-line errors,
-micro-batches per process, one voice under torchrun, a process group of one, how a model is wrapped,
-and the signal counter. What needs several processes (DDP, FSDP over 2, a signal to one of them) is
+one voice under torchrun, a process group of one; and train.py's own use of them: micro-batches per
+process, how a model is wrapped, and the signal counter. What needs several processes (DDP, FSDP over 2, a signal to one of them) is
 tests/test_fsdp.py's and test_reliability.py's."""
 import os
 import signal
@@ -72,7 +72,7 @@ def test_launches_that_cannot_run_are_one_line_before_any_process_group(alone):
 def steps(world, batch_size=4, block_size=8, accum=None, total=0):
     cfg = types.SimpleNamespace(batch_size=batch_size, block_size=block_size,
                                 gradient_accumulation_steps=accum, total_batch_size=total)
-    return devices.accumulation_steps(cfg, world), cfg.gradient_accumulation_steps
+    return train.accumulation_steps(cfg, world), cfg.gradient_accumulation_steps
 
 
 @pytest.mark.parametrize("world, accum, total, per_process, written", [
@@ -194,7 +194,7 @@ def test_only_the_master_speaks(capsys):
 def test_compile_none_compiles_on_cuda_only():
     for setting, device, compiled in ((None, "cuda:0", True), (None, "cpu", False),
                                       (True, "cpu", True), (False, "cuda", False)):
-        assert devices.compiles(types.SimpleNamespace(compile=setting), device) is compiled
+        assert train.compiles(types.SimpleNamespace(compile=setting), device) is compiled
 
 
 def tiny():
@@ -209,7 +209,7 @@ def test_one_ddp_process_trains_the_model_itself_each_block_checkpointed_when_as
     loss = model(x, x)[1]
     cfg = types.SimpleNamespace(compile=None, parallel="ddp",
                                 activation_checkpointing=checkpointing)
-    train_model, eval_model = devices.parallelize(model, cfg,
+    train_model, eval_model = train.parallelize(model, cfg,
                                                   devices.Process(0, 1, "cpu", "float32", None, 1))
     # no wrapper for one process, no compiling on a CPU by default
     assert train_model is eval_model is model
@@ -223,7 +223,7 @@ def test_ddp_wraps_the_model_of_several_processes_and_evaluates_the_model_inside
     try:
         model = tiny()
         cfg = types.SimpleNamespace(compile=False, parallel="ddp", activation_checkpointing=False)
-        train_model, eval_model = devices.parallelize(
+        train_model, eval_model = train.parallelize(
             model, cfg, devices.Process(0, 2, "cpu", "float32", None, 1))
         assert isinstance(train_model, DDP) and train_model.module is model and eval_model is model
         # CPU: no device ids
@@ -240,7 +240,7 @@ def test_fsdp_on_a_cpu_keeps_fp32_weights_whatever_the_dtype(alone, dtype):
     try:
         model = tiny()
         cfg = types.SimpleNamespace(compile=False, parallel="fsdp", activation_checkpointing=False)
-        devices.parallelize(model, cfg, devices.Process(0, 1, "cpu", dtype, None, 1))
+        train.parallelize(model, cfg, devices.Process(0, 1, "cpu", dtype, None, 1))
         assert [b._get_fsdp_state()._mp_policy.param_dtype for b in model.transformer.h] == \
             [None, None]
     finally:
@@ -250,7 +250,7 @@ def test_fsdp_on_a_cpu_keeps_fp32_weights_whatever_the_dtype(alone, dtype):
 def test_compile_wraps_the_model_for_ddp_and_each_block_for_fsdp(alone):
     model = tiny()
     cfg = types.SimpleNamespace(compile=True, parallel="ddp", activation_checkpointing=False)
-    train_model, eval_model = devices.parallelize(model, cfg,
+    train_model, eval_model = train.parallelize(model, cfg,
                                                   devices.Process(0, 1, "cpu", "float32", None, 1))
     assert train_model is eval_model \
         and isinstance(train_model, torch._dynamo.eval_frame.OptimizedModule)
@@ -263,7 +263,7 @@ def test_compile_wraps_the_model_for_ddp_and_each_block_for_fsdp(alone):
         for compiled in (True, False):
             model = tiny()
             cfg.parallel, cfg.compile = "fsdp", compiled
-            train_model, eval_model = devices.parallelize(
+            train_model, eval_model = train.parallelize(
                 model, cfg, devices.Process(0, 1, "cpu", "float32", None, 1))
             assert train_model is eval_model is model and isinstance(model, FSDPModule)
             assert [isinstance(b, FSDPModule) for b in model.transformer.h] == [True, True]

@@ -181,7 +181,7 @@ def test_activation_checkpointing_gives_the_same_gradients_and_keeps_less(mode, 
                               norm_mode=mode, dropout=dropout))
         cfg = types.SimpleNamespace(compile=False, parallel="ddp",
                                     activation_checkpointing=checkpointing)
-        train_model, _ = devices.parallelize(model, cfg,
+        train_model, _ = train.parallelize(model, cfg,
                                              devices.Process(0, 1, "cpu", "float32", None, 1))
         x = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(1))
         storages = {}
@@ -345,7 +345,7 @@ def test_the_7b_and_8b_configs_build_llamas_blocks_sharded_and_checkpointed(size
     assert (cfg.block_size, cfg.warmup_iters, cfg.max_iters, cfg.total_batch_size) == \
         (2048, 200, 20_000, 192 * 2048)
     # as SimpleGPT's tomls on 8 GPUs
-    assert devices.accumulation_steps(cfg, 8) == {"7b": 6, "8b": 8}[size]
+    assert train.accumulation_steps(cfg, 8) == {"7b": 6, "8b": 8}[size]
     config = configurator.model_config(cfg, dict(vocab_size=50257, tokenizer="gpt2"))
     for vocab, count in ((llama_vocab, llama_params), (config.vocab_size, here)):
         with torch.device("meta"):

@@ -730,7 +730,7 @@ def test_the_125m_configs_differ_only_in_norm_mode_and_simplenorm_lr():
     assert ((pre.n_layer, pre.n_head, pre.n_embd, pre.block_size, pre.max_iters)
             == (12, 12, 768, 512, 50_000))
     # 131,072 tokens
-    assert [devices.accumulation_steps(pre, world) for world in (8, 4, 1)] == [1, 2, 8]
+    assert [train.accumulation_steps(pre, world) for world in (8, 4, 1)] == [1, 2, 8]
     assert (cfgs["simplenorm"]["learning_rate"], cfgs["simplenorm"]["min_lr"]) == (1.8e-3, 1.8e-4)
 
 
@@ -749,7 +749,7 @@ def test_the_llama_1b_configs_are_simplegpts_settings_and_differ_only_in_norm_mo
     lrs = [train.get_lr(step, c) for step in (0, 1999, 2000, 101_000, 200_000)]
     assert lrs == pytest.approx([2e-3 / 2001, 2e-3 * 2000 / 2001, 2e-3, 1e-3, 0.0])
     # 16 sequences of 512 per GPU, 2 micro-batches, 8 GPUs
-    assert devices.accumulation_steps(c, 8) == 2
+    assert train.accumulation_steps(c, 8) == 2
 
 
 def closed_form_lr(step, lr, min_lr, warmup, end, schedule, frac):
