@@ -194,3 +194,21 @@ def test_the_model_config_takes_every_model_setting_and_pads_gpt2s_vocabulary():
     assert error_of(configurator.model_config, bad,
                     dict(tokenizer="char", vocab_size=65)).startswith(
         f"error: n_embd={settings['n_embd']} is not divisible by n_head=5")
+
+
+def test_help_gives_a_model_setting_model_py_s_words_only_where_it_has_none_of_its_own(tmp_path):
+    """A script's own comment on a model setting is what --help shows (a fork may describe it
+    otherwise); one without gets model.py's, annotated or not; a setting that is not a model
+    field gets nothing."""
+    script = tmp_path / "script.py"
+    script.write_text("\n".join([
+        configurator.RULER,
+        "n_layer = 2  # this script's own words",
+        "n_head: int = 2",
+        "steps = 10",
+        configurator.RULER, ""]))
+    notes = configurator.model_notes()
+    assert configurator.settings_help(script).splitlines() == [
+        "n_layer = 2  # this script's own words",
+        f"n_head: int = 2  # {notes['n_head']}",
+        "steps = 10"]
