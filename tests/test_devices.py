@@ -1,7 +1,7 @@
 """devices.py in this process: the device and dtype settings, the launch checks' one-line errors,
-one voice under torchrun, a process group of one; and train.py's own use of them: micro-batches per
-process, how a model is wrapped, and the signal counter. What needs several processes (DDP, FSDP over 2, a signal to one of them) is
-tests/test_fsdp.py's and test_reliability.py's."""
+one voice under torchrun, a process group of one; and train.py's own use of them: micro-batches
+per process, how a model is wrapped, and the signal counter. What needs several processes (DDP,
+FSDP over 2, a signal to one of them) is tests/test_fsdp.py's and test_reliability.py's."""
 import os
 import signal
 import threading
