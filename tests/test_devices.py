@@ -210,7 +210,7 @@ def test_one_ddp_process_trains_the_model_itself_each_block_checkpointed_when_as
     cfg = types.SimpleNamespace(compile=None, parallel="ddp",
                                 activation_checkpointing=checkpointing)
     train_model, eval_model = train.parallelize(model, cfg,
-                                                  devices.Process(0, 1, "cpu", "float32", None, 1))
+                                                devices.Process(0, 1, "cpu", "float32", None, 1))
     # no wrapper for one process, no compiling on a CPU by default
     assert train_model is eval_model is model
     assert [isinstance(b, CheckpointWrapper) for b in model.transformer.h] == [checkpointing] * 2
@@ -251,7 +251,7 @@ def test_compile_wraps_the_model_for_ddp_and_each_block_for_fsdp(alone):
     model = tiny()
     cfg = types.SimpleNamespace(compile=True, parallel="ddp", activation_checkpointing=False)
     train_model, eval_model = train.parallelize(model, cfg,
-                                                  devices.Process(0, 1, "cpu", "float32", None, 1))
+                                                devices.Process(0, 1, "cpu", "float32", None, 1))
     assert train_model is eval_model \
         and isinstance(train_model, torch._dynamo.eval_frame.OptimizedModule)
     assert train_model._orig_mod is model

@@ -182,7 +182,7 @@ def test_activation_checkpointing_gives_the_same_gradients_and_keeps_less(mode, 
         cfg = types.SimpleNamespace(compile=False, parallel="ddp",
                                     activation_checkpointing=checkpointing)
         train_model, _ = train.parallelize(model, cfg,
-                                             devices.Process(0, 1, "cpu", "float32", None, 1))
+                                           devices.Process(0, 1, "cpu", "float32", None, 1))
         x = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(1))
         storages = {}
         def pack(t):
