@@ -46,7 +46,7 @@ from pathlib import Path
 
 import checkpoint
 import configurator
-from logbook import evaluated, read_log
+from logbook import claim, evaluated, read_log
 from configurator import entry_of, varies
 from plots import plot_all
 from results import race, race_table, results_text, size_key, size_table, summarize, table
@@ -399,13 +399,21 @@ def main(argv):
     threads = given or str(max(1, (os.cpu_count() or 1) // (plan["jobs"] * plan["nproc"])))
     env = os.environ | {"OMP_NUM_THREADS": threads}
     check_before_training(runs, plan, env)
-    if plan["dry_run"]:
-        todo = sum(not done(r) for r in runs)
-        return print(f"dry run: every check passed; {todo} of {len(runs)} runs would train in "
-                     f"{root}, nothing written")
-    print(f"{len(runs)} runs in {root}, {plan['jobs']} at a time, {threads} threads per process"
-          + " (OMP_NUM_THREADS)" * bool(given))
-    train_all(runs, plan, env)
+    # root is this ablation's while it runs: another ablate.py there, even a dry run, is an error
+    with claim(root, make=not plan["dry_run"]):
+        if plan["dry_run"]:
+            todo = sum(not done(r) for r in runs)
+            return print(f"dry run: every check passed; {todo} of {len(runs)} runs would train "
+                         f"in {root}, nothing written")
+        print(f"{len(runs)} runs in {root}, {plan['jobs']} at a time, {threads} threads per "
+              "process" + " (OMP_NUM_THREADS)" * bool(given))
+        train_all(runs, plan, env)
+        finish(runs, plan, argv, root)
+
+
+def finish(runs, plan, argv, root):
+    """The tables and figures of the runs, results.md and results.json in root; a run that did not
+    finish, or was not evaluated, makes the exit status 1."""
     groups = summarize(runs, plan)
     text = results_text(groups, plan, argv, plot_all(groups, plan, root))
     atomic_write(root / "results.md", text.encode())

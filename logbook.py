@@ -1,9 +1,14 @@
 """A run's record in out_dir, written and read back: config.json (the settings as run, and the
 code's version) and log.jsonl (one event a line: train, eval, layer_stats, end). train.py writes
 them through Log; checkpoint.py, ablate.py and results.py read them back (read_events, read_log).
+While train.py or ablate.py writes in a folder, it holds the folder (claim): a second run there is
+a one-line error, not two runs writing one log.
 """
+import contextlib
+import fcntl
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -44,6 +49,8 @@ class Log:
             return
         out_dir = Path(self.cfg.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
+        # a new folder is held from its making on (a run started beside this one finds it held)
+        take(out_dir)
         write_json(out_dir / "config.json", dict(config=vars(self.cfg), **provenance()))
         trim_log(out_dir / "log.jsonl", -1 if self.resumed_at is None else self.resumed_at)
         if self.cfg.wandb_log:
@@ -99,6 +106,47 @@ def trim_log(path, step):
     twice. Rewritten atomically: a kill -9 midway leaves the old log whole."""
     keep = [e for e in read_events(path) if e["event"] != "end" and e["iter"] <= step]
     atomic_write(path, "".join(json.dumps(e) + "\n" for e in keep).encode())
+
+
+# ---------------------------------------------------------------------------------- the claim
+
+# each folder this process holds: its open descriptor, locked with flock. The kernel drops the lock
+# when the descriptor closes or the process ends, kill -9 included: no stale lock to clear by hand.
+HELD = {}
+
+
+def take(folder):
+    """Hold folder for this process (held already, or not made yet: nothing to do); another
+    process holding it is a one-line error."""
+    key = Path(folder).resolve()
+    if key in HELD or not key.is_dir():
+        return
+    descriptor = os.open(key, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        sys.exit(f"error: {folder} is held by another train.py or ablate.py still running there: "
+                 "wait for it to end, or choose another out_dir")
+    except OSError:  # a file system without locks (some network mounts): the run goes on unheld
+        os.close(descriptor)
+        return
+    HELD[key] = descriptor
+
+
+@contextlib.contextmanager
+def claim(folder, make=False):
+    """Hold folder while the block runs: at once if it exists (make: made now), else from when
+    Log makes it; let go at the end, however the block ends."""
+    if make:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    take(folder)
+    try:
+        yield
+    finally:
+        descriptor = HELD.pop(Path(folder).resolve(), None)
+        if descriptor is not None:
+            os.close(descriptor)
 
 
 # ---------------------------------------------------------------------------------- the readers

@@ -23,6 +23,7 @@ SIGTERM and SIGINT, however many arrive (torchrun forwards each one it gets, so 
 two), stop the run after the step in flight: no evaluation, a checkpoint at once, exit 0. The third
 SIGINT (Ctrl-C three times) stops at once, without a checkpoint.
 """
+import contextlib
 import dataclasses
 import math
 import os
@@ -44,9 +45,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import checkpoint
 import configurator
 import devices
+import logbook
 import measure
 import prepare_data
-from logbook import Log
 from data import (GPT2_META, check_out_dir, first_line, get_batch, load_meta, nearest_entry,
                   read_shard, run_cli)
 from model import GPT, GPT2_NAMES, from_gpt2
@@ -515,18 +516,22 @@ def main(argv):
         accum = accumulation_steps(cfg, devices.planned_world())
         meta, data = load_dataset(cfg, ckpt=ckpt)
         config = model_config(cfg, meta, ckpt)
-    if cfg.dry_run:  # its model on the meta device: nothing allocated
-        return print(measure.plan(cfg, config if meta else None, devices.planned_world(),
-                                  accum, device))
-    proc = devices.start(cfg, device, accum)
-    try:
-        if meta is None:  # pystdlib, made now that every check has passed
-            meta, data = load_dataset(cfg, proc.master, ckpt)
-            config = model_config(cfg, meta, ckpt)
-        run_training(cfg, proc, ckpt, meta, data, config)
-    finally:  # after a run, or an error on the way: the process group goes too
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    # out_dir is this run's until it ends: a run started there meanwhile, even a dry run, is an
+    # error (process 0 holds it: the others write there for the same run)
+    master = os.environ.get("RANK", "0") == "0"
+    with logbook.claim(cfg.out_dir) if master else contextlib.nullcontext():
+        if cfg.dry_run:  # its model on the meta device: nothing allocated
+            return print(measure.plan(cfg, config if meta else None, devices.planned_world(),
+                                      accum, device))
+        proc = devices.start(cfg, device, accum)
+        try:
+            if meta is None:  # pystdlib, made now that every check has passed
+                meta, data = load_dataset(cfg, proc.master, ckpt)
+                config = model_config(cfg, meta, ckpt)
+            run_training(cfg, proc, ckpt, meta, data, config)
+        finally:  # after a run, or an error on the way: the process group goes too
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
 
 def run_training(cfg, proc, ckpt, meta, data, config):
@@ -538,7 +543,7 @@ def run_training(cfg, proc, ckpt, meta, data, config):
     # the model and optimizer hold what they need from the checkpoint
     ckpt = None
     # config.json and log.jsonl: a resume's at its first save
-    log = Log(cfg, run.saved, proc.master)
+    log = logbook.Log(cfg, run.saved, proc.master)
     proc.say(measure.banner(raw_model, cfg, proc.world, proc.accum, proc.dtype, proc.device))
     speed = Throughput(raw_model, cfg, proc.world, proc.accum, proc.device, first_step=run.step)
     signals, status, val_loss = Signals(), "finished", None

@@ -1,5 +1,6 @@
 """Test setup: offline, importable from the repository root, small and deterministic."""
 import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -308,6 +309,33 @@ def file_hashes(folder):
     removed."""
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# A folder held by a run (logbook.claim), seen as another process sees it: flock on a descriptor of
+# the test's own, which conflicts with the run's as another process's would. Shared, the weakest
+# hold: a run's must still exclude it (test_reliability.py, test_ablate_plan.py)
+
+def holds(folder):
+    """Whether a run holds folder."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)
+
+
+@contextlib.contextmanager
+def held(folder):
+    """folder held as a run still going there holds it."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    try:
+        yield
+    finally:
+        os.close(descriptor)
 
 
 def tripwire(*_, **__):

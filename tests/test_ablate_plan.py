@@ -21,9 +21,34 @@ import ablate
 import configurator
 import plots
 import results
-from conftest import (ABLATE_TINY, PLOTS, ROOT, ablate_main, error_of, mentions, table_rows,
-                      write_run)
+from conftest import (ABLATE_TINY, PLOTS, ROOT, ablate_main, error_of, held, holds, mentions,
+                      table_rows, tripwire, write_run)
 from model import NORM_MODES
+
+
+def test_an_ablation_where_another_runs_is_one_line_and_an_ablation_holds_its_folder(
+        tmp_path, monkeypatch):
+    """A second ablate.py where one still runs would start the same runs twice and write one
+    results.md twice: it, and its dry run, are one line, with nothing written. An ablation holds
+    its folder (a new one from its making) while it trains, and lets it go at its end."""
+    monkeypatch.setattr(ablate, "check_before_training", lambda *args: None)
+    monkeypatch.setattr(ablate, "train_all", tripwire)
+    root = tmp_path / "ablate"
+    root.mkdir()
+    args = [f"--out_dir={tmp_path}", "--modes=pre", "--lrs=1e-3"]
+    with held(root):
+        for more in ([], ["--dry_run=True"]):
+            message = error_of(ablate.main, [*args, *more])
+            mentions(message, str(root), "still running", "wait for it to end", "another out_dir")
+    assert list(root.iterdir()) == []
+    seen = []
+    for root in (root, tmp_path / "new" / "ablate"):
+        monkeypatch.setattr(ablate, "train_all",
+                            lambda *_, root=root: seen.append(holds(root)))
+        # its one run never ran: an error exit
+        error_of(ablate.main, [f"--out_dir={root.parent}", "--modes=pre", "--lrs=1e-3"])
+        assert not holds(root)
+    assert seen == [True, True]
 
 
 def test_no_run_that_finished_is_an_error_exit_with_no_empty_figures_and_a_true_header(

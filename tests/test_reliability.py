@@ -27,7 +27,8 @@ import devices
 import logbook
 import prepare_data
 import train
-from conftest import ROOT, TRAIN_TINY, command, error_of, events, losses, mentions, run, torchrun
+from conftest import (ROOT, TRAIN_TINY, command, error_of, events, held, holds, losses, mentions,
+                      run, torchrun)
 
 
 def start(data_dir, out_dir, *args):
@@ -609,6 +610,43 @@ def test_a_resume_that_fails_after_it_started_leaves_the_run_as_it_was(
     assert [e["iter"] for e in log if e["event"] == "eval"] == [0, 2, 4, 6, 8]
     assert [e["event"] for e in log].count("end") == 1 and log[-1]["status"] == "finished"
     assert json.loads((tmp_path / "run" / "config.json").read_text())["config"]["max_iters"] == 8
+
+
+def test_a_run_in_a_folder_another_run_holds_is_one_line_and_changes_nothing(trained, tmp_path):
+    """Two runs in one out_dir would write one log.jsonl and one checkpoint in turns: a resume, a
+    new run or a dry run there while another run goes on is one line, before anything is written;
+    once that run has ended, the resume goes on."""
+    out = tmp_path / "run"
+    shutil.copytree(trained / "run", out)
+    before = tree(tmp_path)
+    with held(out):
+        for args in (["--init_from=resume"], [], ["--init_from=resume", "--dry_run=True"]):
+            message = error_of(run, trained / "data", out, "--max_iters=6", *args)
+            mentions(message, str(out), "still running", "wait for it to end", "another out_dir")
+    assert tree(tmp_path) == before
+    log = run(trained / "data", out, "--max_iters=6", "--init_from=resume")
+    assert log[-1]["status"] == "finished" and log[-1]["iter"] == 6
+
+
+def test_a_run_holds_its_folder_from_its_checks_or_its_making_to_its_end_however_it_ends(
+        data_dir, tmp_path, monkeypatch):
+    """A new folder is held from when the run makes it, a resumed one from the end of the checks;
+    either is let go when the run ends, by an error too (the next run here would be refused)."""
+    out, seen, evaluate = tmp_path / "run", [], train.evaluate
+
+    def looking(*args):
+        seen.append(holds(out))
+        return evaluate(*args)
+
+    monkeypatch.setattr(train, "evaluate", looking)
+    run(data_dir, out, "--max_iters=4", "--eval_interval=2")  # evaluations at 0, 2 and 4
+    run(data_dir, out, "--max_iters=6", "--eval_interval=2", "--init_from=resume")  # at 6
+    assert seen == [True] * 4 and not holds(out)
+    monkeypatch.setattr(train, "evaluate",
+                        lambda *args: (_ for _ in ()).throw(OSError(5, "I/O error")))
+    with pytest.raises(OSError):
+        run(data_dir, out, "--max_iters=8", "--eval_interval=2", "--init_from=resume")
+    assert not holds(out)
 
 
 def test_a_number_that_is_not_one_from_a_config_file_is_one_line(data_dir, tmp_path):
