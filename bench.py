@@ -305,7 +305,8 @@ def bench_data_loader(cfg, n_batches=200):
         shards = [path], np.array([10_000_000])
         t0 = time.perf_counter()
         for i in range(n_batches):
-            get_batch(shards, np.random.default_rng((cfg.seed, i)), cfg, cfg.device)
+            get_batch(shards, np.random.default_rng((cfg.seed, i)), cfg.batch_size,
+                      cfg.block_size, cfg.device)
         dt = time.perf_counter() - t0
     return dict(batches_per_s=n_batches / dt,
                 tokens_per_s=n_batches * cfg.batch_size * cfg.block_size / dt)

@@ -209,21 +209,21 @@ def read_shard(path):
     return np.memmap(path, dtype=np.uint16, mode="r", offset=HEADER_BYTES, shape=(count,))
 
 
-def get_batch(shards, rng, cfg, device, vocab_size=None):
-    """batch_size windows of a split's shards (paths, token counts) at positions drawn by rng:
-    inputs x and their next tokens y, both (B, T), on device. Given vocab_size, a token id outside
+def get_batch(shards, rng, batch_size, block_size, device, vocab_size=None):
+    """batch_size windows of block_size + 1 tokens from a split's shards (paths, token counts), at
+    positions drawn by rng: inputs x and their next tokens y, both (B, T), on device. Given vocab_size, a token id outside
     it is a one-line error naming its shard (checked per batch: a shard's tokens are never all read
     at once)."""
     import torch  # here, not on top: preparing data needs no torch
     paths, counts = shards
-    room = np.maximum(counts - cfg.block_size, 0)  # window starts in each shard
+    room = np.maximum(counts - block_size, 0)  # window starts in each shard
     ends = np.cumsum(room)
-    pos = rng.integers(ends[-1], size=cfg.batch_size)  # uniform over every window of every shard
+    pos = rng.integers(ends[-1], size=batch_size)  # uniform over every window of every shard
     shard = np.searchsorted(ends, pos, side="right")
     offset = pos - (ends[shard] - room[shard])
     # memmaps live for one batch: one kept open would keep every page it ever read in the RSS
     maps = {s: read_shard(paths[s]) for s in set(shard.tolist())}
-    rows = [maps[s][o:o + cfg.block_size + 1] for s, o in zip(shard, offset)]
+    rows = [maps[s][o:o + block_size + 1] for s, o in zip(shard, offset)]
     if vocab_size is not None:
         check_token_ids(rows, [paths[s] for s in shard], vocab_size)
     batch = torch.from_numpy(np.stack(rows).astype(np.int64))  # (B, T + 1)

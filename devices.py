@@ -90,13 +90,14 @@ def leave_together():
     FINAL_BARRIER[-1].wait()
 
 
-def start(cfg, device, accum):
-    """This process, from train.py's settings cfg and its checked device and accum: its rank among
-    torchrun's (a process group of its own for fsdp), device, dtype, autocast context."""
-    rank, world, device = setup_distributed(device, cfg.backend, group=cfg.parallel == "fsdp")
+def start(device, dtype, backend, parallel, accum):
+    """This process, from train.py's checked device, dtype, backend, parallel and micro-batches per
+    step: its rank among torchrun's (a process group of its own for fsdp), device, dtype, autocast
+    context."""
+    rank, world, device = setup_distributed(device, backend, group=parallel == "fsdp")
     if device.startswith("cuda"):
         torch.set_float32_matmul_precision("high")  # TF32 matmuls
-    dtype = pick_dtype(cfg.dtype, device)
+    dtype = pick_dtype(dtype, device)
     return Process(rank, world, device, dtype, autocast(device, dtype), accum)
 
 

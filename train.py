@@ -341,7 +341,8 @@ def micro_batch(data, cfg, device, step, g):
     """Global micro-batch g of step and its dropout masks' seed, (x, y, seed): a function of
     (seed, step, g)."""
     rng = np.random.default_rng((cfg.seed, 0, step, g))
-    x, y = get_batch(data["train"], rng, cfg, device, data["vocab_size"])
+    x, y = get_batch(data["train"], rng, cfg.batch_size, cfg.block_size, device,
+                     data["vocab_size"])
     return x, y, int(rng.integers(2**63))
 
 
@@ -381,7 +382,8 @@ def evaluate(model, data, cfg, proc):
     for i, split in enumerate(("train", "val")):
         for k in range(rank, world * math.ceil(cfg.eval_iters / world), world):
             rng = np.random.default_rng((cfg.seed, 1, i, k % cfg.eval_iters))
-            x, y = get_batch(data[split], rng, cfg, proc.device, data["vocab_size"])
+            x, y = get_batch(data[split], rng, cfg.batch_size, cfg.block_size, proc.device,
+                             data["vocab_size"])
             with proc.ctx:
                 losses[i] += model(x, y)[1].float() * (k < cfg.eval_iters)
     if world > 1:
@@ -523,7 +525,7 @@ def main(argv):
         if cfg.dry_run:  # its model on the meta device: nothing allocated
             return print(measure.plan(cfg, config if meta else None, devices.planned_world(),
                                       accum, device))
-        proc = devices.start(cfg, device, accum)
+        proc = devices.start(device, cfg.dtype, cfg.backend, cfg.parallel, accum)
         try:
             if meta is None:  # pystdlib, made now that every check has passed
                 meta, data = load_dataset(cfg, proc.master, ckpt)
@@ -562,7 +564,8 @@ def run_training(cfg, proc, ckpt, meta, data, config):
                            lr=get_lr(run.step, cfg))
                 if cfg.log_layer_stats and proc.master:  # on the first val batch of the evaluation
                     rng = np.random.default_rng((cfg.seed, 1, 1, 0))
-                    x, y = get_batch(data["val"], rng, cfg, proc.device, data["vocab_size"])
+                    x, y = get_batch(data["val"], rng, cfg.batch_size, cfg.block_size,
+                                     proc.device, data["vocab_size"])
                     log.record("layer_stats", iter=run.step,
                                **measure.layer_stats(raw_model, x, y, proc.ctx))
                 eval_model.train()

@@ -390,10 +390,10 @@ def test_the_loader_row_times_200_seeded_batches_from_a_10m_token_shard(monkeypa
     seen, clock = [], iter([50.0, 52.0])
     real_get_batch, real_clock = data.get_batch, bench.time.perf_counter
 
-    def get_batch(shards, rng, cfg, device):
+    def get_batch(shards, rng, batch_size, block_size, device):
         seen.append((data.read_shard(shards[0][0]).size, list(shards[1]), rng.bit_generator.state,
                      device))
-        return real_get_batch(shards, rng, cfg, device)
+        return real_get_batch(shards, rng, batch_size, block_size, device)
 
     monkeypatch.setattr(bench, "get_batch", get_batch)
     args, modes, cfg = bench.parse([*TINY, "--seed=7"])

@@ -4,7 +4,6 @@ import ast
 import json
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -113,16 +112,16 @@ def test_get_batch_draws_every_window_of_every_shard_equally_often_and_no_other(
     paths = [tmp_path / f"train_{i:06d}.bin" for i in range(len(counts))]
     for i, (path, n) in enumerate(zip(paths, counts)):
         write_shard(path, 100 * i + np.arange(n))
-    cfg = types.SimpleNamespace(block_size=3, batch_size=50)
+    block_size = 3
     rng = np.random.default_rng(0)
     drawn = []
     for _ in range(90):
-        x, y = get_batch((paths, np.array(counts)), rng, cfg, "cpu")
+        x, y = get_batch((paths, np.array(counts)), rng, 50, block_size, "cpu")
         assert x.shape == y.shape == (50, 3) and x.dtype == y.dtype == torch.long
         assert (y[:, :-1] == x[:, 1:]).all() and (y[:, -1] == x[:, -1] + 1).all()
         assert (x[:, 1:] == x[:, :-1] + 1).all()  # consecutive positions of one shard
         drawn += x[:, 0].tolist()
-    windows = {100 * i + start for i, n in enumerate(counts) for start in range(n - cfg.block_size)}
+    windows = {100 * i + start for i, n in enumerate(counts) for start in range(n - block_size)}
     seen = {start: drawn.count(start) for start in set(drawn)}
     assert seen.keys() == windows
     assert max(seen.values()) < 1.25 * min(seen.values())  # 500 each, give or take sqrt(500)

@@ -143,18 +143,15 @@ def test_under_torchrun_a_process_joins_the_group_its_variables_describe(alone):
 
 
 def test_the_process_of_a_run_has_its_device_dtype_context_and_micro_batches(alone):
-    cfg = types.SimpleNamespace(backend="gloo", parallel="ddp", dtype="bfloat16")
-    proc = devices.start(cfg, "cpu", 3)
+    proc = devices.start("cpu", "bfloat16", "gloo", "ddp", 3)
     assert (proc.rank, proc.world, proc.device, proc.dtype, proc.accum) == \
         (0, 1, "cpu", "bfloat16", 3)
     assert isinstance(proc.ctx, torch.autocast) and proc.ctx.fast_dtype == torch.bfloat16 \
         and proc.master
     assert not dist.is_initialized()  # ddp alone: no group
-    assert isinstance(devices.start(types.SimpleNamespace(**vars(cfg) | dict(dtype="auto")),
-                                    "cpu", 1).ctx,
-                      nullcontext)
+    assert isinstance(devices.start("cpu", "auto", "gloo", "ddp", 1).ctx, nullcontext)
     try:
-        proc = devices.start(types.SimpleNamespace(**vars(cfg) | dict(parallel="fsdp")), "cpu", 1)
+        proc = devices.start("cpu", "bfloat16", "gloo", "fsdp", 1)
         # fsdp shards over a group, of one here
         assert dist.is_initialized() and dist.get_world_size() == 1
     finally:

@@ -937,7 +937,8 @@ def test_downloaded_modded_nanogpt_shards_load_unchanged_in_train(tmp_path, monk
     cfg = types.SimpleNamespace(data_dir=str(tmp_path / "data"), dataset="fineweb", block_size=16,
                                 batch_size=8)
     _, data = train.load_dataset(cfg, master=True)
-    x, y = get_batch(data["train"], np.random.default_rng(1), cfg, "cpu")
+    x, y = get_batch(data["train"], np.random.default_rng(1), cfg.batch_size, cfg.block_size,
+                     "cpu")
     stream = np.concatenate([written["fineweb_train_000001.bin"],
                              written["fineweb_train_000002.bin"]])
     for row_x, row_y in zip(x.numpy(), y.numpy()):

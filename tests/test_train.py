@@ -107,8 +107,8 @@ def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(dat
         finally:
             evaluating.pop()
 
-    def get_batch_recorded(shards, rng, cfg, device, vocab_size):
-        x, y = get_batch(shards, rng, cfg, device, vocab_size)
+    def get_batch_recorded(shards, rng, batch_size, block_size, device, vocab_size):
+        x, y = get_batch(shards, rng, batch_size, block_size, device, vocab_size)
         drawn["evaluate" if evaluating else "train"].add(x.numpy().tobytes())
         return x, y
     monkeypatch.setattr(train, "evaluate", evaluate_flagged)
@@ -649,7 +649,7 @@ def test_layer_stats_measure_each_block(data_dir, tmp_path):
         assert all(0 < a < math.pi for a in s["angle"]) and all(g > 0 for g in s["grad_norm"])
     cfg, _ = train.configure([f"--data_dir={data_dir}", *TRAIN_TINY])
     x, y = get_batch(train.load_dataset(cfg)[1]["val"], np.random.default_rng((cfg.seed, 1, 1, 0)),
-                     cfg, "cpu")
+                     cfg.batch_size, cfg.block_size, "cpu")
     again = measure.layer_stats(checkpoint.load_model(str(tmp_path), "cpu")[0], x, y,
                                 contextlib.nullcontext())
     assert ({k: pytest.approx(v, rel=1e-5) for k, v in again.items()}
