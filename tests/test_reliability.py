@@ -1,6 +1,7 @@
 """How runs stop and go on: signals, kill -9 and resume, resumed hyperparameters, timing, bad
 values."""
 import contextlib
+import errno
 import hashlib
 import json
 import multiprocessing
@@ -647,6 +648,18 @@ def test_a_run_holds_its_folder_from_its_checks_or_its_making_to_its_end_however
     with pytest.raises(OSError):
         run(data_dir, out, "--max_iters=8", "--eval_interval=2", "--init_from=resume")
     assert not holds(out)
+
+
+def test_a_folder_on_a_file_system_without_locks_is_run_unheld(data_dir, tmp_path, monkeypatch):
+    """Some network mounts refuse flock (ENOLCK): the run goes on, holding nothing, as every run
+    did before runs held their folders."""
+    def refused(descriptor, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(logbook.fcntl, "flock", refused)
+    (tmp_path / "run").mkdir()  # held at the end of the checks, and again when Log opens
+    log = run(data_dir, tmp_path / "run", "--max_iters=2")
+    assert log[-1]["status"] == "finished" and logbook.HELD == {}
 
 
 def test_a_number_that_is_not_one_from_a_config_file_is_one_line(data_dir, tmp_path):
