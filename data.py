@@ -211,9 +211,9 @@ def read_shard(path):
 
 def get_batch(shards, rng, batch_size, block_size, device, vocab_size=None):
     """batch_size windows of block_size + 1 tokens from a split's shards (paths, token counts), at
-    positions drawn by rng: inputs x and their next tokens y, both (B, T), on device. Given vocab_size, a token id outside
-    it is a one-line error naming its shard (checked per batch: a shard's tokens are never all read
-    at once)."""
+    positions drawn by rng: inputs x and their next tokens y, both (B, T), on device. Given
+    vocab_size, a token id outside it is a one-line error naming its shard (checked per batch: a
+    shard's tokens are never all read at once)."""
     import torch  # here, not on top: preparing data needs no torch
     paths, counts = shards
     room = np.maximum(counts - block_size, 0)  # window starts in each shard
