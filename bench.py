@@ -15,7 +15,8 @@ gives the steadiest ratios on a shared CPU. A preset is measured as the mode and
 (configurator.PRESETS). The modes take turns step by step, in an order that rotates every round, so
 drift on a shared machine hits all of them alike; each figure is a median. Peak memory is measured
 with one mode's model alive at a time: CUDA's max allocated during a step (weights, gradients, AdamW
-state and activations), or on CPU the growth of the process's peak RSS during one step. Also
+state and activations), or on CPU the growth of the process's peak RSS during one step; each
+entry's first (compiling) step and peak are printed on stderr as they are measured. Also
 measured: sampling tokens/s with and without the KV cache, and the data loader's batches/s. The
 train.py settings that shape these (the model's, the batch, AdamW's, seed, device, dtype; --help
 lists them) are set as --key=value too; a train.py setting that does not shape them is an error, and
@@ -256,6 +257,9 @@ def bench_training(modes, cfg, args, compiled):
         first[mode] = timed(runner.step, cfg.device)  # includes the compilation
         runner.step()  # a second warm-up: the optimizer state exists from here on
         memory[mode] = runner.peak_memory_mb()
+        # compiling an entry takes up to half a minute on a GPU: how far the run has come
+        print(f"{mode}{' compiled' if compiled else ''}: first step {first[mode]:.1f} s, "
+              f"peak {memory[mode]:,.0f} MB", file=sys.stderr, flush=True)
         del runner
         free(cfg.device)
     runners = {mode: Runner(mode, cfg, args.vocab_size, compiled) for mode in modes}

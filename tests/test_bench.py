@@ -137,6 +137,29 @@ def test_sampling_times_greedy_generation_from_one_prompt_with_and_without_the_c
                              tokens_per_s_no_cache=n_new / 150, cache_speedup=1.5)]
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_each_entrys_first_step_and_peak_are_on_stderr_before_the_next_entry_starts(
+        compiled, monkeypatch, capsys):
+    """Compiling every entry takes minutes on a GPU, with the report printed only at the end: each
+    row's first step and peak memory, and whether it compiled, are printed as soon as they are
+    measured."""
+    monkeypatch.setattr(torch, "compile", lambda model: model)  # compiled rows without compiling
+    args, modes, cfg = bench.parse([*TINY, "--modes=geonorm", "--steps=1"])
+    printed, step = {}, bench.Runner.step
+
+    def step_noting_stderr(self):
+        if self.cfg.norm_mode not in printed:  # its first step
+            printed[self.cfg.norm_mode] = capsys.readouterr().err
+        step(self)
+
+    monkeypatch.setattr(bench.Runner, "step", step_noting_stderr)
+    rows = bench.bench_training(modes, cfg, args, compiled)
+    lines = [f"{r['mode']}{' compiled' if compiled else ''}: first step {r['first_step_s']:.1f} s, "
+             f"peak {r['peak_mem_mb']:,.0f} MB" for r in rows]
+    # geonorm's first step found pre's line printed, and nothing else
+    assert printed == {"pre": "", "geonorm": lines[0] + "\n"}
+    assert capsys.readouterr().err == lines[1] + "\n"
+
 def test_threads_sets_torchs_cpu_threads_for_every_step_and_the_report_says_how_many(monkeypatch,
                                                                                      capsys):
     """--threads=N: every timed step runs on N threads, and the JSON and the table's first line say
