@@ -257,9 +257,10 @@ def bench_training(modes, cfg, args, compiled):
         first[mode] = timed(runner.step, cfg.device)  # includes the compilation
         runner.step()  # a second warm-up: the optimizer state exists from here on
         memory[mode] = runner.peak_memory_mb()
-        # compiling an entry takes up to half a minute on a GPU: how far the run has come
+        # compiling an entry takes up to half a minute on a GPU: how far the run has come (stderr
+        # is line-buffered: each line shows at once)
         print(f"{mode}{' compiled' if compiled else ''}: first step {first[mode]:.1f} s, "
-              f"peak {memory[mode]:,.0f} MB", file=sys.stderr, flush=True)
+              f"peak {memory[mode]:,.0f} MB", file=sys.stderr)
         del runner
         free(cfg.device)
     runners = {mode: Runner(mode, cfg, args.vocab_size, compiled) for mode in modes}
