@@ -188,10 +188,18 @@ def read_log(folder):
     speeds = [e["tokens_per_s"] for e in events if e["event"] == "train" and e["tokens_per_s"]]
     started = (folder / "log.jsonl").exists() or (folder / "train.log").exists()
     status = end["status"] if end else "failed" if started else "not run"
-    if status == "finished" and evals and not math.isfinite(evals[-1][1]):
+    if status == "finished" and not evals:  # a resume at the last step, of a run whose log was lost
+        sys.exit(f"error: {folder / 'log.jsonl'} says the run finished but holds no evaluation (it "
+                 f"was lost or cut before the run was resumed at its last step): move {folder} "
+                 "away to train the run again")
+    if status == "finished" and not math.isfinite(evals[-1][1]):
         status = "diverged"  # a finite training loss, but not the evaluation's
     timing = folder / "seconds.json"  # train.py's wall time in all sittings, kept by ablate.py
-    seconds = json.loads(timing.read_text())["seconds"] if timing.exists() else None
+    try:
+        seconds = json.loads(timing.read_text())["seconds"] if timing.exists() else None
+    except (OSError, ValueError, KeyError, TypeError) as e:  # a folder, not JSON, not ablate.py's
+        sys.exit(f"error: {timing} is not ablate.py's record of the run's seconds "
+                 f"({first_line(e)}): move it away, and the run's time is left out")
     return dict(status=status, iter=end and end["iter"], evals=evals, seconds=seconds,
                 stats=[e for e in events if e["event"] == "layer_stats"],
                 final_val_loss=evals[-1][1] if evals else None,

@@ -258,6 +258,32 @@ def test_a_runs_log_read_as_ablate_reads_it(tmp_path):
                                               tokens_per_s=None)
 
 
+@pytest.mark.parametrize("corrupt", ["{x", "[1]", "{}", "a folder"])
+def test_a_seconds_json_that_is_not_ablates_is_one_line_naming_it(tmp_path, corrupt):
+    """A run's seconds.json cut short, edited or replaced: the file and the way on, not a
+    traceback; nothing is changed."""
+    write_log(tmp_path, [dict(event="eval", iter=3, val_loss=2.0),
+                         dict(event="end", status="finished", iter=3)])
+    timing = tmp_path / "seconds.json"
+    if corrupt == "a folder":
+        timing.mkdir()
+    else:
+        timing.write_text(corrupt)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    mentions(error_of(logbook.read_log, tmp_path), str(timing), "move it away")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and timing.exists()
+
+def test_a_finished_run_whose_log_holds_no_evaluation_is_one_line_naming_the_way_on(tmp_path):
+    """A run resumed at its last step after its log.jsonl was lost or cut writes an end and no
+    evaluation: a result without a loss, which a table would read as a number. One line instead,
+    naming the log and what to do; a diverged run has no final evaluation to read and stays a
+    result."""
+    write_log(tmp_path, [dict(event="end", status="finished", iter=3)])
+    mentions(error_of(logbook.read_log, tmp_path), str(tmp_path / "log.jsonl"), "no evaluation",
+             f"move {tmp_path} away")
+    write_log(tmp_path, [dict(event="end", status="diverged", iter=3)])
+    assert logbook.read_log(tmp_path)["status"] == "diverged"
+
 def test_a_run_not_started_reads_as_not_run_and_one_that_stopped_short_as_failed(tmp_path):
     folders = {name: tmp_path / name
                for name in ("empty", "crashed", "cut", "interrupted", "logged")}
