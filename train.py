@@ -127,7 +127,7 @@ gpas_gate_clip = 0.0  # gpas: then clip the gates' gradient norm alone at this v
 lr_schedule = "cosine"  # 'cosine', or 'wsd': warmup, stable, then a linear decay
 warmup_iters = 100  # linear warmup steps
 lr_decay_iters: int | None = None  # the decay reaches min_lr at this step; None: max_iters
-min_lr = 1e-4  # the final learning rate
+min_lr = 1e-4  # the final learning rate, at most learning_rate
 wsd_decay_frac = 0.2  # wsd: the last fraction of lr_decay_iters decays linearly
 # processes and memory: torchrun's RANK, LOCAL_RANK and WORLD_SIZE start several
 parallel = "ddp"  # ddp: each process holds the whole model; fsdp: weights, grads, AdamW sharded
@@ -171,6 +171,11 @@ def configure(argv):
     if cfg["gpas_gate_clip"] and not cfg["gpas"]:
         sys.exit(f"error: gpas_gate_clip={cfg['gpas_gate_clip']!r} clips GPAS's gates, but gpas is "
                  "off: set gpas=True, or gpas_gate_clip=0")
+    # both schedules decay from learning_rate to min_lr: from below, the rate would climb instead
+    if cfg["min_lr"] > cfg["learning_rate"]:
+        sys.exit(f"error: min_lr={cfg['min_lr']!r} is above learning_rate="
+                 f"{cfg['learning_rate']!r}, which the schedule decays to min_lr: set min_lr at "
+                 "most learning_rate (a tenth of it is usual)")
     if cfg["parallel"] == "fsdp" and cfg["log_layer_stats"]:
         sys.exit("error: log_layer_stats needs the whole model in one process: "
                  "use parallel='ddp' for it")

@@ -677,6 +677,12 @@ def test_lr_schedules_warm_up_then_decay_to_min_lr():
     assert lrs[10:89] == [1.0] * 79 and lrs[99] == pytest.approx(0.55) and lrs[110] == 0.1
 
 
+def test_a_min_lr_equal_to_the_learning_rate_is_a_constant_rate_after_warmup(data_dir):
+    """min_lr at learning_rate is allowed (no decay); above it is an error (test_reliability.py)."""
+    cfg, _ = train.configure([f"--data_dir={data_dir}", *TRAIN_TINY, "--min_lr=3e-3"])
+    after_warmup = range(cfg.warmup_iters, cfg.max_iters + 1)
+    assert {train.get_lr(step, cfg) for step in after_warmup} == {3e-3}
+
 def test_every_model_knob_is_a_setting_and_help_lists_them_all(capsys):
     settings = configurator.read_settings(train.__file__)
     assert {f.name for f in dataclasses.fields(GPTConfig)} - set(settings) == {"vocab_size"}
