@@ -584,6 +584,9 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
     tokenizer, workers = tokenizer or DATASETS[dataset][0], workers or os.cpu_count()
     if tokenizer not in ("gpt2", "char"):
         raise SystemExit(f"error: unknown tokenizer {tokenizer!r}; choose gpt2 or char")
+    if out == "":  # a shell variable left empty, not a choice of data/DATASET
+        raise SystemExit("error: --out is empty: name a folder, or leave --out out for "
+                         f"data/{dataset}")
     out = pathlib.Path(out or pathlib.Path("data", dataset))
     args = dict(dataset=dataset, inputs=[os.path.abspath(p) for p in inputs], tokenizer=tokenizer,
                 num_tokens=num_tokens, val_tokens=val_tokens, shard_tokens=shard_tokens,

@@ -587,6 +587,9 @@ def test_bad_input_gets_a_one_line_error_and_no_output(tmp_path, monkeypatch, ca
     for args, kwargs, words in mistakes:
         mentions(error_of(prepare, *args, out, **kwargs), *words)
     assert not out.exists()
+    monkeypatch.chdir(tmp_path)  # where the default, data/pystdlib, would be made
+    mentions(error_of(prepare, "pystdlib", ""), "--out is empty", "data/pystdlib")
+    assert not (tmp_path / "data").exists()
     monkeypatch.setattr(os, "access", lambda path, mode: mode != os.R_OK)  # root reads every file
     (tmp_path / "a.txt").write_text("abc")
     mentions(error_of(prepare, "text", out, inputs=[str(tmp_path / "a.txt")]),
