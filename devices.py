@@ -24,7 +24,10 @@ def pick_device(device):
     try:
         torch.empty(0, device=device)
     except Exception as e:
-        sys.exit(f"error: device {device!r} is not usable here ({first_line(e)})")
+        # torch's reason, cut: an unknown device's lists every backend torch knows
+        reason = first_line(e)[:120]
+        sys.exit(f"error: device {device!r} is not usable here ({reason}): choose device='cpu', "
+                 "or 'auto' (CUDA when there is a GPU)")
     return device
 
 

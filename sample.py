@@ -67,7 +67,11 @@ def prompt_ids(text, encode, meta):
     """The prompt as token ids; an empty prompt is the start token: GPT-2's <|endoftext|>, else a
     newline."""
     if text:
-        return encode(text)  # a character-level encode names the characters it does not know
+        try:
+            return encode(text)
+        except SystemExit as e:  # a character-level encode names the characters it does not know
+            raise SystemExit(f"{e.code}: give --start in the characters the model was trained "
+                             "on") from None
     if (token := start_token(meta)) is not None:
         return [token]
     raise SystemExit(

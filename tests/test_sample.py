@@ -523,7 +523,8 @@ def test_corrupt_checkpoint_is_a_one_line_error(tmp_path):
     (["--device=nonsense"], "device 'nonsense' is not usable here"),
     (["--start=FILE:/no/such/file"],
      "cannot read the prompt file --start=FILE:/no/such/file (FileNotFoundError: "),
-    (["--start=Hello ROMEO"], "characters not in this model's vocabulary: 'E', 'H', 'M', 'O', 'R'"),
+    (["--start=Hello ROMEO"],
+     "characters not in this model's vocabulary: 'E', 'H', 'M', 'O', 'R': give --start in"),
 ])
 def test_bad_settings_are_one_line_errors(tmp_path, argv, message):
     with pytest.raises(SystemExit) as e:
