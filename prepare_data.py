@@ -621,6 +621,17 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
     return out
 
 
+def count(text):
+    """A number of tokens as an int, written whole (100000000) or as --help writes it (1e8)."""
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)  # not a number: argparse's error names the option and the text
+    if not value.is_integer():  # 1.5, 1e-3, inf, nan
+        raise ValueError(text)
+    return int(value)
+
+
 def main(argv):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -633,13 +644,13 @@ def main(argv):
     add("--tokenizer", metavar="gpt2|char",
         help="GPT-2 BPE or the text's own characters (default: per dataset)")
     add("--out", metavar="DIR", help="output folder (default: data/DATASET)")
-    add("--num_tokens", type=int, metavar="N",
+    add("--num_tokens", type=count, metavar="N",
         help="stop after this many tokens, val and train together")
-    add("--val_tokens", type=int, metavar="N",
+    add("--val_tokens", type=count, metavar="N",
         help="held out: the first N tokens of the stream; default 5%% of the corpus, at most 100M "
              "(shakespeare*: nanoGPT's last 10%% of the text, its first N/10 tokens under "
              "--num_tokens N)")
-    add("--shard_tokens", type=int, default=100_000_000, metavar="N",
+    add("--shard_tokens", type=count, default=100_000_000, metavar="N",
         help="tokens per shard file (default 1e8)")
     add("--workers", type=int, metavar="N", help="tokenizer processes (default: all cores)")
     add("--text_column", default="text", metavar="NAME",

@@ -880,6 +880,22 @@ options:
 """
 
 
+def test_token_counts_are_read_whole_or_as_help_writes_them(monkeypatch, capsys):
+    """--help gives --shard_tokens' default as 1e8: 1e8 is read as 100,000,000, and each count is
+    an int; a count that is not whole is argparse's one line, naming the option."""
+    asked = {}
+    monkeypatch.setattr(prepare_data, "prepare", lambda **kwargs: asked.update(kwargs))
+    prepare_data.main(["pystdlib", "--shard_tokens", "1e8", "--num_tokens", "2.5e6",
+                       "--val_tokens", "1000"])
+    counts = [asked[k] for k in ("shard_tokens", "num_tokens", "val_tokens")]
+    assert counts == [100_000_000, 2_500_000, 1000] and {type(c) for c in counts} == {int}
+    for bad in ("1.5", "1e-3", "inf", "nan", "many"):
+        with pytest.raises(SystemExit) as stop:
+            prepare_data.main(["pystdlib", "--shard_tokens", bad])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err.count("\n") == 1, err
+        mentions(err, "--shard_tokens", repr(bad))
+
 def test_command_line_help_and_errors(tmp_path):
     """The real command line (the other tests run main in this process): its help, word for word,
     and one line for a mistake in the arguments and for one in the files, where the datasets library
