@@ -18,8 +18,8 @@ having written nothing (ablate.py runs it before it trains).
 The tasks' data download from the Hugging Face hub on first use. Offline, give a task YAML that
 reads local files through --include_path (README: Evaluation). Under torchrun every process holds
 the whole model and scores its share of the examples. A character-level model cannot do these tasks:
-it stops at the first character outside its table and scores at chance where it runs; they need
-GPT-2 BPE.
+a task's first character outside its table is a one-line error, and where its characters suffice it
+scores at chance; they need GPT-2 BPE.
 """
 import os
 import time

@@ -769,7 +769,8 @@ def test_train_fine_tunes_gpt2_and_resumes(gpt2_dir, shakespeare_text, tmp_path)
             "--block_size=32", "--batch_size=2", "--eval_iters=1", "--device=cpu",
             "--compile=False", "--log_interval=1"]
     # a step that moves nothing
-    train.main(args + [f"--init_from={gpt2_dir[0]}", "--max_iters=1", "--learning_rate=0.0"])
+    train.main(args + [f"--init_from={gpt2_dir[0]}", "--max_iters=1", "--learning_rate=0.0",
+                       "--min_lr=0.0"])
     ckpt = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)
     converted = from_gpt2(str(gpt2_dir[0]), block_size=32).state_dict()
     assert ckpt["model"].keys() == converted.keys()
