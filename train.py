@@ -549,6 +549,9 @@ def run_training(cfg, proc, ckpt, meta, data, config):
     run = Progress.of(ckpt)
     # the model and optimizer hold what they need from the checkpoint
     ckpt = None
+    # the first batch, then each step the next's: drawn before the log's files are written, as its
+    # check of the token ids is the data's first
+    batch = micro_batch(data, cfg, proc.device, run.step, proc.rank * proc.accum)
     # config.json and log.jsonl: a resume's at its first save
     log = logbook.Log(cfg, run.saved, proc.master)
     proc.say(measure.banner(raw_model, cfg, proc.world, proc.accum, proc.dtype, proc.device))
@@ -556,8 +559,6 @@ def run_training(cfg, proc, ckpt, meta, data, config):
     signals, status, val_loss = Signals(), "finished", None
     # GPAS's g
     gates = [p for name, p in raw_model.named_parameters() if name.endswith("gpas_gate")]
-    # then each step the next's
-    batch = micro_batch(data, cfg, proc.device, run.step, proc.rank * proc.accum)
     try:
         while True:
             if ((run.step % cfg.eval_interval == 0 or run.step == cfg.max_iters)

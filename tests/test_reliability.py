@@ -584,6 +584,9 @@ def test_a_token_id_outside_the_vocabulary_is_one_line_naming_its_shard(data_dir
         message = error_of(run, data, tmp_path / split / "run", "--max_iters=2")
         assert f"{shard} holds token id 60000, outside the vocabulary of" in message
         assert "prepare_data.py" in message and "--force" in message
+    # the first training batch is drawn before the run's folder is made (an evaluation's come
+    # after: the val split's run has its config.json)
+    assert not (tmp_path / "train" / "run").exists()
 
 
 def test_a_resume_may_name_the_head_the_checkpoint_has(trained, tmp_path):
