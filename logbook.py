@@ -152,8 +152,9 @@ def claim(folder, make=False):
 # ---------------------------------------------------------------------------------- the readers
 
 def read_events(path):
-    """The events of a run's log.jsonl (none if it is missing), less a line cut short by a crash.
-    A file that is not a run's log (a folder, a line that is not a record) is a one-line error."""
+    """The events of a run's log.jsonl (none if it is missing), less its last line when a crash cut
+    it short. A file that is not a run's log (a folder, a line that is not a record, text) is a
+    one-line error."""
     try:
         lines = path.read_text().splitlines() if path.exists() else []
     except (OSError, UnicodeDecodeError) as e:
@@ -163,7 +164,11 @@ def read_events(path):
     for number, line in enumerate(lines, 1):
         try:
             event = json.loads(line)
-        except ValueError:  # cut short by a crash
+        except ValueError:
+            event = None
+        # the last line cut short by a crash as Log.write wrote it: the start of a record
+        cut = event is None and number == len(lines) and '{"event": "'.startswith(line[:11])
+        if cut:
             continue
         is_record = (isinstance(event, dict) and isinstance(event.get("event"), str)
                      and "iter" in event)

@@ -315,6 +315,18 @@ def test_a_log_line_cut_short_by_a_crash_is_left_out_and_trimming_keeps_each_ste
     assert logbook.read_events(tmp_path / "missing.jsonl") == []
 
 
+@pytest.mark.parametrize("text", ['{"event": "eval", "iter": 0}\n{"event": "tr\n{"event": "end"',
+                                  "garbage", "{'event': 'eval'}", '{"iter": 0, "ev'])
+def test_a_line_that_is_no_record_is_one_line_unless_it_is_the_last_cut_short(tmp_path, text):
+    """Only the last line can be cut short (a resume rewrites the log before it appends), and
+    only as the start of a record: text that is not train.py's, anywhere, is a one-line error, and a
+    resume does not trim it away."""
+    (tmp_path / "log.jsonl").write_text(text)
+    mentions(error_of(logbook.read_events, tmp_path / "log.jsonl"), "is not a log record",
+             "move it away")
+    assert (tmp_path / "log.jsonl").read_text() == text
+
+
 def test_a_run_is_evaluated_when_its_eval_json_has_the_tasks_and_limit_asked_for(tmp_path):
     asked = dict(tasks="hellaswag,piqa", limit=100)
     assert not logbook.evaluated(tmp_path, asked)
