@@ -160,6 +160,9 @@ def configure(argv):
     cfg, given = configurator.parse_settings(argv, __file__, RANGES)
     check_out_dir(cfg["out_dir"], "out_dir")
     checkpoint.check_run_files(cfg["out_dir"])
+    if not cfg["dataset"]:  # else data_dir itself would be read as the dataset's folder
+        sys.exit("error: dataset is empty: name a folder of data_dir that prepare_data.py made "
+                 "(pystdlib, the default, is made when missing)")
     # a link loop, not a missing meta.json
     nearest_entry(Path(cfg["data_dir"]) / cfg["dataset"], "data_dir")
     ckpt = None

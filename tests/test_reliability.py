@@ -546,6 +546,7 @@ PLANTED = {
     "a symlink loop as data_dir": (lambda r: (r / "loop").symlink_to(r / "loop"),
                                    ["--data_dir=loop"], "data_dir loop/tiny: "),
     "an empty out_dir": (lambda r: None, ["--out_dir="], "out_dir is empty"),
+    "an empty dataset": (lambda r: None, ["--dataset="], "dataset is empty: name a folder"),
     "out_dir under /proc": (lambda r: None, ["--out_dir=/proc/nope/run"], "cannot write in /proc"),
 }
 
