@@ -232,6 +232,9 @@ def load_model(out_dir, device):
     processes), on device and in eval mode, less any vocabulary padding, and its dataset's metadata.
     For every reader of a trained run; a folder or checkpoint missing, unreadable or not fitting
     model.py is a one-line error."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise SystemExit(f"error: {out_dir} is a file, not a run's folder: give the out_dir "
+                         "train.py wrote")
     if not os.path.isdir(out_dir):
         raise SystemExit(f"error: no folder {out_dir}; train a model into it first: "
                          f"python train.py --out_dir={out_dir}")

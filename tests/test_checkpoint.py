@@ -554,6 +554,9 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_one_line_for_resume_and_for
              "from scratch")
     mentions(error_of(checkpoint.load_model, str(tmp_path / "none"), "cpu"), "no folder",
              f"python train.py --out_dir={tmp_path / 'none'}")
+    (tmp_path / "a_file").write_text("")
+    message = error_of(checkpoint.load_model, str(tmp_path / "a_file"), "cpu")
+    mentions(message, f"{tmp_path / 'a_file'} is a file", "the out_dir train.py wrote")
     (tmp_path / "empty").mkdir()
     message = error_of(checkpoint.load_model, str(tmp_path / "empty"), "cpu")
     mentions(message, "no checkpoint", str(tmp_path / "empty"), "train.py", "evaluates")
