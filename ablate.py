@@ -87,8 +87,11 @@ ablate_figures = ""
 
 # of ablate.py's own settings
 LEAST = dict.fromkeys(("ablate_jobs", "ablate_nproc", "ablate_eval_limit"), 1)
-# set by ablate.py, not swept
-PER_RUN = ("norm_mode", "learning_rate", "min_lr", "seed", "out_dir", "init_from")
+# set by ablate.py, not swept: each with the way to set it
+PER_RUN = dict(norm_mode="--modes", learning_rate="--lrs",
+               min_lr="follows learning_rate at the config's ratio", seed="--seeds",
+               out_dir="--out_dir, each run a folder in out_dir/ablate",
+               init_from="a run with a checkpoint is resumed")
 TRAIN, EVAL = str(Path(__file__).with_name("train.py")), str(Path(__file__).with_name("eval.py"))
 
 
@@ -131,8 +134,8 @@ def configure(argv):
         own["ablate_sweep"] = own["ablate_sweep"] | {
             key: [configurator.parse_arg(f"--{key}={v}", settings)[key] for v in values.split(",")]}
     if swept := sorted(set(own["ablate_sweep"]) & set(PER_RUN)):
-        sys.exit(f"error: ablate.py sets {', '.join(swept)} per run: "
-                 f"use --modes, --lrs or --seeds, not --sweep")
+        sys.exit(f"error: ablate.py sets {', '.join(swept)} per run, not --sweep "
+                 f"({ways_per_run(swept)})")
     # in order, each once: a repeated value would run twice
     unique = lambda values: list(dict.fromkeys(values))
     sweep = {k: unique(configurator.checked(k, v, settings, "the sweep") for v in vs)
@@ -158,6 +161,11 @@ def configure(argv):
                 base=base)
 
 
+def ways_per_run(names):
+    """How each of these settings that ablate.py sets per run is set, for an error line."""
+    return "; ".join(f"{name}: {PER_RUN[name]}" for name in names)
+
+
 def check_entries(entries, settings):
     """ablate_entry_settings, each entry known and its settings train.py's, typed; else one line
     naming the fix."""
@@ -169,7 +177,7 @@ def check_entries(entries, settings):
                      f"got {values!r}")
         if per_run := sorted(set(values) & set(PER_RUN) - {"min_lr"}):
             sys.exit(f"error: entry_settings of {name} sets {', '.join(per_run)}, "
-                     f"which ablate.py sets per run: use --modes, --lrs and --seeds")
+                     f"which ablate.py sets per run ({ways_per_run(per_run)})")
         checked[name] = {k: configurator.checked(k, v, settings, f"entry_settings of {name}")
                          for k, v in values.items()}
     return checked

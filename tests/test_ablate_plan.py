@@ -135,7 +135,7 @@ def test_entry_settings_are_an_entrys_own_over_the_configs_but_not_the_sweeps(tm
     for text, message in (("{'skipinit': {'dropout': 0.1}}", "unknown mode(s) skipinit"),
                           ("{'pre': {'learning_rate': 1e-3, 'seed': 2}}",
                            "entry_settings of pre sets learning_rate, seed, which ablate.py sets "
-                           "per run: use --modes"),
+                           "per run (learning_rate: --lrs; seed: --seeds)"),
                           ("{'post': 1}",
                            "entry_settings of post must be a dict of train.py settings, got 1"),
                           ("{'pre': {'dropuot': 0.1}}", "did you mean 'dropout'"),
@@ -289,7 +289,10 @@ def test_help_lists_ablates_settings_then_trains_saying_which_are_set_per_run(ca
 
 @pytest.mark.parametrize("args, words", [
     (["--sweep=seed=1,2", "--sweep=norm_mode=pre"],
-     ("norm_mode, seed", "per run", "--modes", "--lrs", "--seeds")),
+     ("norm_mode, seed", "per run", "norm_mode: --modes", "seed: --seeds")),
+    # each names its own way: out_dir's is no --lrs
+    (["--sweep=out_dir=a,b", "--sweep=learning_rate=1,2"],
+     ("learning_rate, out_dir", "per run", "learning_rate: --lrs", "out_dir: --out_dir")),
     (["--sweep=n_layer=2,x"], ("n_layer", "int", "'x'", "sweep")),
     (["--sweep=n_layer=2=3"], ("n_layer", "int", "'2=3'", "sweep")),  # the key ends at the first =
     (["--seeds=1,2.5"], ("seed", "int", "2.5", "seeds")),
