@@ -181,6 +181,9 @@ def test_modes_are_all_or_known_names_in_order_each_once():
     assert configurator.parse_modes(["dyt", "post"]) == ["dyt", "post"]
     message = error_of(configurator.parse_modes, "pre,rms,layer")
     mentions(message, "rms, layer", ", ".join(configurator.ENTRIES), "all")
+    for empty in ("", []):  # --modes= on the command line, modes = [] in a config file
+        mentions(error_of(configurator.parse_modes, empty), "no modes given",
+                 ", ".join(configurator.ENTRIES))
     assert configurator.entry_settings("peri") == dict(norm_mode="sandwich", embed_norm=True)
     assert configurator.entry_settings("lns") == dict(norm_mode="lns")
 
