@@ -627,8 +627,8 @@ def count(text):
         return int(text)
     except ValueError:
         value = float(text)  # not a number: argparse's error names the option and the text
-    if not value.is_integer():  # 1.5, 1e-3, inf, nan
-        raise ValueError(text)
+    if not value.is_integer():  # 1.5, 1e-3, inf, nan: argparse's error quotes the text
+        raise ValueError
     return int(value)
 
 

@@ -270,7 +270,12 @@ def test_a_seconds_json_that_is_not_ablates_is_one_line_naming_it(tmp_path, corr
     else:
         timing.write_text(corrupt)
     before = sorted(p.name for p in tmp_path.iterdir())
-    mentions(error_of(logbook.read_log, tmp_path), str(timing), "move it away")
+    message = error_of(logbook.read_log, tmp_path)
+    mentions(message, str(timing), "move it away")
+    # and why
+    reason = {"{x": "JSONDecodeError", "[1]": "TypeError", "{}": "KeyError",
+              "a folder": "IsADirectoryError"}[corrupt]
+    assert reason in message
     assert sorted(p.name for p in tmp_path.iterdir()) == before and timing.exists()
 
 def test_a_finished_run_whose_log_holds_no_evaluation_is_one_line_naming_the_way_on(tmp_path):
