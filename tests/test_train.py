@@ -677,8 +677,12 @@ def test_lr_schedules_warm_up_then_decay_to_min_lr():
     assert lrs[10:89] == [1.0] * 79 and lrs[99] == pytest.approx(0.55) and lrs[110] == 0.1
 
 
-def test_a_min_lr_equal_to_the_learning_rate_is_a_constant_rate_after_warmup(data_dir):
-    """min_lr at learning_rate is allowed (no decay); above it is an error (test_reliability.py)."""
+def test_a_min_lr_above_the_learning_rate_is_one_line_and_one_equal_to_it_a_constant_rate(
+        data_dir):
+    """min_lr at learning_rate is allowed (no decay); above it, one line naming both and the fix
+    (test_reliability.py: before anything is written)."""
+    above = error_of(train.configure, [f"--data_dir={data_dir}", *TRAIN_TINY, "--min_lr=4e-3"])
+    mentions(above, "min_lr=0.004", "learning_rate=0.003", "set min_lr at most learning_rate")
     cfg, _ = train.configure([f"--data_dir={data_dir}", *TRAIN_TINY, "--min_lr=3e-3"])
     after_warmup = range(cfg.warmup_iters, cfg.max_iters + 1)
     assert {train.get_lr(step, cfg) for step in after_warmup} == {3e-3}
