@@ -26,8 +26,8 @@ def pick_device(device):
     except Exception as e:
         # torch's reason, cut: an unknown device's lists every backend torch knows
         reason = first_line(e)[:120]
-        sys.exit(f"error: device {device!r} is not usable here ({reason}): choose device='cpu', "
-                 "or 'auto' (CUDA when there is a GPU)")
+        sys.exit(f"error: device {device!r} is not usable here ({reason}): choose device='cpu' "
+                 "or 'auto'")
     return device
 
 

@@ -33,7 +33,7 @@ def test_auto_is_this_machines_device_and_one_that_is_not_here_is_one_line(alone
     if not torch.cuda.is_available():
         message = error_of(devices.pick_device, "cuda")
         assert message.startswith("error: device 'cuda' is not usable here (")
-        mentions(message, "choose device='cpu'", "'auto'")
+        mentions(message, "choose device='cpu' or 'auto'")
         alone.setenv("LOCAL_RANK", "3")  # under torchrun a GPU is the process's own
         assert error_of(devices.pick_device, "cuda").startswith(
             "error: device 'cuda:3' is not usable here (")
@@ -41,8 +41,9 @@ def test_auto_is_this_machines_device_and_one_that_is_not_here_is_one_line(alone
         torch.empty(0, device="tpu")
     except RuntimeError as e:
         why = f"RuntimeError: {str(e).splitlines()[0]}"
-    mentions(error_of(devices.pick_device, "tpu"), "'tpu'", "not usable", why[:120],
-             "choose device='cpu'")
+    # torch's reason, cut at 120 characters
+    mentions(error_of(devices.pick_device, "tpu"), "'tpu'", "not usable", f"({why[:120]}):",
+             "choose device='cpu' or 'auto'")
     if not torch.backends.mps.is_available():  # torch's reason lists every backend it knows: cut
         message = error_of(devices.pick_device, "mps")
         assert len(message) < 300 and "choose device='cpu'" in message, message
