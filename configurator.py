@@ -216,9 +216,9 @@ def entry_settings(entry):
 def parse_modes(value, known=ENTRIES):
     """A modes setting, all or names by commas (pre,geonorm,peri; a list in a config file), as a
     list of known modes or presets in order, each once; an unknown one is a one-line error."""
-    modes = list(known) if value == "all" else value.split(",") if isinstance(value, str) else value
     if not value:  # --modes= : "" split is [""], an unknown mode with no name
         sys.exit(f"error: no modes given: choose from {', '.join(known)} or all")
+    modes = list(known) if value == "all" else value.split(",") if isinstance(value, str) else value
     if unknown := [mode for mode in modes if mode not in known]:
         sys.exit(f"error: unknown mode(s) {', '.join(unknown)}: "
                  f"choose from {', '.join(known)} or all")

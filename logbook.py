@@ -151,6 +151,10 @@ def claim(folder, make=False):
 
 # ---------------------------------------------------------------------------------- the readers
 
+# how every line Log.write writes begins: json.dumps of a dict whose first key is "event"
+RECORD_START = json.dumps({"event": ""})[:-2]
+
+
 def read_events(path):
     """The events of a run's log.jsonl (none if it is missing), less its last line when a crash cut
     it short. A file that is not a run's log (a folder, a line that is not a record, text) is a
@@ -167,7 +171,8 @@ def read_events(path):
         except ValueError:
             event = None
         # the last line cut short by a crash as Log.write wrote it: the start of a record
-        cut = event is None and number == len(lines) and '{"event": "'.startswith(line[:11])
+        cut = (event is None and number == len(lines)
+               and RECORD_START.startswith(line[:len(RECORD_START)]))
         if cut:
             continue
         is_record = (isinstance(event, dict) and isinstance(event.get("event"), str)
