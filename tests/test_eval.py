@@ -276,8 +276,11 @@ def test_requests_are_scored_longest_first_in_batches_of_batch_size(model_meta, 
     assert [len(batch) for batch in batches] == [5, 5, 2]
     # a window: 33
     assert lengths == sorted((min(len(encode(q + c)), 33) for q, c in pairs), reverse=True)
-    assert got == [adapter(model_meta).loglikelihood(requests("loglikelihood", pair))[0]
-                   for pair in pairs]
+    alone = [adapter(model_meta).loglikelihood(requests("loglikelihood", pair))[0]
+             for pair in pairs]
+    assert [greedy for _, greedy in got] == [greedy for _, greedy in alone]
+    # a batch's matmuls sum in another order than one request's (on some CPUs): float32's rounding
+    assert [score for score, _ in got] == pytest.approx([score for score, _ in alone], rel=1e-6)
 
 
 def test_progress_bars_show_on_the_first_process_only(model_meta, capsys):
