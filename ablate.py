@@ -34,10 +34,15 @@ Before any run starts, eval.py loads the eval tasks and train.py checks each run
 --dry_run): a mistake is one line, with nothing trained; --dry_run stops there. A run that fails or
 is not evaluated makes the exit status 1.
 """
+import signal
+
+# a Ctrl-C while torch loads ends the script without a traceback; data.run_cli reports later ones
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
 import time

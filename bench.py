@@ -27,6 +27,12 @@ table as it is (pystdlib's: this Python's characters, about 200). --vocab_size s
 needs no prepared dataset, the tokens being random; without it, pystdlib is made when missing (as
 train.py makes it), and another dataset not prepared is a one-line error naming how to prepare it.
 """
+import signal
+
+# a Ctrl-C while torch loads ends the script without a traceback; data.run_cli reports later ones
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 import contextlib
 import ctypes
 import dataclasses
@@ -43,7 +49,8 @@ import numpy as np
 import torch
 
 import configurator
-from data import get_batch, load_meta, padded_vocab, print_help, run_cli, write_shard
+from data import (dataset_folder, get_batch, load_meta, padded_vocab, print_help, run_cli,
+                  write_shard)
 import devices
 import measure
 from model import GPT, GPTConfig
@@ -154,7 +161,7 @@ def dataset_vocab(data_dir, dataset):
     """The vocabulary train.py builds for a prepared dataset, from its meta.json: the tokenizer it
     was prepared with decides, not the dataset's name. pystdlib, the default, is made when missing,
     as train.py makes it (offline, seconds)."""
-    folder = Path(data_dir) / dataset
+    folder = dataset_folder(data_dir, dataset)
     if dataset == "pystdlib" and not (folder / "meta.json").exists():
         prepare_data.prepare("pystdlib", folder)
     try:

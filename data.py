@@ -73,6 +73,10 @@ def run_cli(main):
     resumes"). A reader of its output that stops reading (`python sample.py | head`) ends it too:
     one line, exit status 141 (128 + SIGPIPE, as a shell reports a tool that the closed pipe
     ended)."""
+    # the script's top made Ctrl-C SIGINT's own action while its imports loaded: a KeyboardInterrupt
+    # from here on (an ignored SIGINT stays ignored)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_DFL:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         main(sys.argv[1:])
     except KeyboardInterrupt as e:
@@ -250,6 +254,15 @@ def _prepare_command(folder):
         return f"python prepare_data.py {folder.name}"
     return (f"python prepare_data.py {folder.name if folder.name in DATASETS else 'DATASET'} "
             f"--out {folder}")
+
+
+def dataset_folder(data_dir, dataset):
+    """data_dir/dataset, the folder prepare_data.py made; an empty name is a one-line error, as
+    data_dir itself would be read as the dataset's folder."""
+    if not dataset:
+        sys.exit("error: dataset is empty: name a folder of data_dir that prepare_data.py made "
+                 "(pystdlib, the default, is made when missing)")
+    return pathlib.Path(data_dir) / dataset
 
 
 def load_meta(data_dir):

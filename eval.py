@@ -21,6 +21,12 @@ the whole model and scores its share of the examples. A character-level model ca
 a task's first character outside its table is a one-line error, and where its characters suffice it
 scores at chance; they need GPT-2 BPE.
 """
+import signal
+
+# a Ctrl-C while torch loads ends the script without a traceback; data.run_cli reports later ones
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 import os
 import time
 from pathlib import Path

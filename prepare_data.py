@@ -9,6 +9,12 @@ arguments, it resumes after the last of them.
     python prepare_data.py shakespeare --input input.txt     # GPT-2 BPE
     python prepare_data.py fineweb_edu --num_tokens 1000000000
 """
+import signal
+
+# a Ctrl-C while torch loads ends the script without a traceback; data.run_cli reports later ones
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 import argparse
 import codecs
 import collections
@@ -22,7 +28,6 @@ import multiprocessing.pool
 import os
 import pathlib
 import re
-import signal
 import socket
 import sys
 import sysconfig

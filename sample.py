@@ -19,6 +19,12 @@ closely; under bf16 autocast (dtype auto on CUDA) by bf16's rounding, about 1% o
 for greedy or seeded samples to take different paths where two tokens are close. --dtype=float32
 when they must agree.
 """
+import signal
+
+# a Ctrl-C while torch loads ends the script without a traceback; data.run_cli reports later ones
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 import torch
 
 import checkpoint

@@ -313,6 +313,10 @@ def test_a_dataset_not_prepared_is_one_line_naming_it_and_the_fix_and_pystdlib_i
                   "--vocab_size"):
         assert words in line, words
     assert list(tmp_path.iterdir()) == []
+    # no name: not data_dir itself as the dataset's folder
+    mentions(error_of(bench.parse, [f"--data_dir={tmp_path}", "--dataset="]), "dataset is empty",
+             "prepare_data.py")
+    assert list(tmp_path.iterdir()) == []
     assert bench.parse([*given, "--vocab_size=7"])[0].vocab_size == 7
     vocab = bench.parse([f"--data_dir={tmp_path}"])[0].vocab_size
     assert vocab == load_meta(tmp_path / "pystdlib")["vocab_size"] > 65

@@ -2,6 +2,8 @@
 import."""
 import ast
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -280,6 +282,32 @@ def test_run_cli_passes_argv_and_turns_ctrl_c_and_a_closed_pipe_into_one_line_an
     piped.stdout.close()
     assert (piped.wait(timeout=60), piped.stderr.read()) == (
         141, "stopped: the reader of its output closed it; files are written whole or not at all\n")
+
+
+# numpy's place on the path: says that the imports reached it, then waits there
+SLOW_NUMPY = "import sys, time\nprint('importing', file=sys.stderr, flush=True)\ntime.sleep(60)\n"
+
+
+@pytest.mark.parametrize("parent", ["default", "ignores SIGINT"])
+def test_a_ctrl_c_while_a_script_imports_ends_it_without_a_traceback(tmp_path, parent):
+    """A Ctrl-C in the seconds before run_cli (torch loading) ends the script by SIGINT's own
+    action, with nothing on stderr, as it ends any program. A SIGINT that the parent ignores (a
+    job started with & by a shell script) stays ignored."""
+    (tmp_path / "numpy.py").write_text(SLOW_NUMPY)
+    ignore = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for script in TOOLS if parent == "default" else ["train"]:
+        proc = subprocess.Popen([sys.executable, f"{script}.py"], cwd=ROOT,
+                                env=os.environ | {"PYTHONPATH": str(tmp_path)},
+                                stderr=subprocess.PIPE, text=True,
+                                preexec_fn=ignore if parent != "default" else None)
+        assert proc.stderr.readline() == "importing\n"
+        proc.send_signal(signal.SIGINT)
+        if parent != "default":
+            with pytest.raises(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.5)
+            proc.kill()
+        stopped_by = -signal.SIGINT if parent == "default" else -signal.SIGKILL
+        assert (proc.wait(timeout=60), proc.stderr.read()) == (stopped_by, ""), script
 
 
 def test_an_unusable_out_dir_is_one_line_naming_the_setting_and_the_path(tmp_path, monkeypatch):
