@@ -130,13 +130,14 @@ def read_checkpoint(path, check=True):
     ckpt.pt's, its tensors mapped, not read (the processes of a node share one copy in the page
     cache), or a sharded checkpoint's run.json with its folder under 'sharded'. One without
     checksums (an older normgpt's) loads with a one-line notice, once it has loaded: one that does
-    not is one line, its error."""
+    not, or that is not train.py's (no model_args), is its caller's one line, its error."""
     unchecked = check and not verify(path)
     if path.is_dir():
         ckpt = json.loads((path / "run.json").read_text()) | {"sharded": str(path.resolve())}
     else:
         ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    if unchecked:
+    # a file that is not train.py's gets its caller's one line alone
+    if unchecked and isinstance(ckpt, dict) and "model_args" in ckpt:
         print(f"notice: {path} has no checksums ({sums_path(path).name}): saved by an older "
               "normgpt, so loaded unchecked", file=sys.stderr)
     return ckpt

@@ -23,11 +23,16 @@ SIGTERM and SIGINT, however many arrive (torchrun forwards each one it gets, so 
 two), stop the run after the step in flight: no evaluation, a checkpoint at once, exit 0. The third
 SIGINT (Ctrl-C three times) stops at once, without a checkpoint.
 """
+import signal
+
+# a Ctrl-C while torch loads ends the script without a traceback; data.run_cli reports later ones
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 import contextlib
 import dataclasses
 import math
 import os
-import signal
 import sys
 import time
 import types
@@ -48,8 +53,8 @@ import devices
 import logbook
 import measure
 import prepare_data
-from data import (GPT2_META, check_out_dir, first_line, get_batch, load_meta, nearest_entry,
-                  read_shard, run_cli)
+from data import (GPT2_META, check_out_dir, dataset_folder, first_line, get_batch, load_meta,
+                  nearest_entry, read_shard, run_cli)
 from model import GPT, GPT2_NAMES, from_gpt2
 
 # settings: the assignments between the two rulers, read by configurator.py (python train.py --help)
@@ -160,17 +165,19 @@ def configure(argv):
     cfg, given = configurator.parse_settings(argv, __file__, RANGES)
     check_out_dir(cfg["out_dir"], "out_dir")
     checkpoint.check_run_files(cfg["out_dir"])
-    if not cfg["dataset"]:  # else data_dir itself would be read as the dataset's folder
-        sys.exit("error: dataset is empty: name a folder of data_dir that prepare_data.py made "
-                 "(pystdlib, the default, is made when missing)")
     # a link loop, not a missing meta.json
-    nearest_entry(Path(cfg["data_dir"]) / cfg["dataset"], "data_dir")
+    nearest_entry(dataset_folder(cfg["data_dir"], cfg["dataset"]), "data_dir")
     ckpt = None
     if cfg["init_from"] == "resume":
         ckpt = checkpoint.load_checkpoint(cfg["out_dir"], check=os.environ.get("RANK", "0") == "0")
         # the given stay
         cfg |= {k: v for k, v in ckpt["config"].items() if k in cfg and k not in given}
         checkpoint.check_resume(ckpt, given, types.SimpleNamespace(**cfg))
+    # a forgotten --init_from=resume would train a new run over the old one, which is then lost
+    elif found := checkpoint.find_checkpoint(cfg["out_dir"]):
+        sys.exit(f"error: {found} is a run's checkpoint, and init_from={cfg['init_from']!r} would "
+                 "train a new run over it: set init_from='resume' to go on with it, or another "
+                 f"out_dir; delete {found} to start over there")
     if cfg["gpas_gate_clip"] and not cfg["gpas"]:
         sys.exit(f"error: gpas_gate_clip={cfg['gpas_gate_clip']!r} clips GPAS's gates, but gpas is "
                  "off: set gpas=True, or gpas_gate_clip=0")
@@ -379,6 +386,13 @@ def train_step(model, data, cfg, proc, step, batch):
     return total / proc.accum, batch
 
 
+def eval_batch(data, cfg, split, k, device):
+    """Batch k of split ('train' or 'val') of every evaluation: its own generator, so that every
+    evaluation of the run reads the same batches."""
+    rng = np.random.default_rng((cfg.seed, 1, ("train", "val").index(split), k))
+    return get_batch(data[split], rng, cfg.batch_size, cfg.block_size, device, data["vocab_size"])
+
+
 @torch.no_grad()
 def evaluate(model, data, cfg, proc):
     """Mean (train, val) loss over eval_iters fixed batches per split, shared out among the
@@ -389,9 +403,7 @@ def evaluate(model, data, cfg, proc):
     world = proc.world
     for i, split in enumerate(("train", "val")):
         for k in range(rank, world * math.ceil(cfg.eval_iters / world), world):
-            rng = np.random.default_rng((cfg.seed, 1, i, k % cfg.eval_iters))
-            x, y = get_batch(data[split], rng, cfg.batch_size, cfg.block_size, proc.device,
-                             data["vocab_size"])
+            x, y = eval_batch(data, cfg, split, k % cfg.eval_iters, proc.device)
             with proc.ctx:
                 losses[i] += model(x, y)[1].float() * (k < cfg.eval_iters)
     if world > 1:
@@ -555,6 +567,10 @@ def run_training(cfg, proc, ckpt, meta, data, config):
     # the first batch, then each step the next's: drawn before the log's files are written, as its
     # check of the token ids is the data's first
     batch = micro_batch(data, cfg, proc.device, run.step, proc.rank * proc.accum)
+    # and every evaluation's batches, the same at every step: their ids checked before the files too
+    for split in ("train", "val"):
+        for k in range(cfg.eval_iters):
+            eval_batch(data, cfg, split, k, "cpu")
     # config.json and log.jsonl: a resume's at its first save
     log = logbook.Log(cfg, run.saved, proc.master)
     proc.say(measure.banner(raw_model, cfg, proc.world, proc.accum, proc.dtype, proc.device))
@@ -572,9 +588,7 @@ def run_training(cfg, proc, ckpt, meta, data, config):
                 log.record("eval", iter=run.step, train_loss=train_loss, val_loss=val_loss,
                            lr=get_lr(run.step, cfg))
                 if cfg.log_layer_stats and proc.master:  # on the first val batch of the evaluation
-                    rng = np.random.default_rng((cfg.seed, 1, 1, 0))
-                    x, y = get_batch(data["val"], rng, cfg.batch_size, cfg.block_size,
-                                     proc.device, data["vocab_size"])
+                    x, y = eval_batch(data, cfg, "val", 0, proc.device)
                     log.record("layer_stats", iter=run.step,
                                **measure.layer_stats(raw_model, x, y, proc.ctx))
                 eval_model.train()

@@ -419,7 +419,8 @@ def write(path, text):
     return path
 
 
-# what is planted: (arguments, what the one line says); resume=True: resuming the trained run
+# what is planted: (arguments, what the one line says); with 'resume', resuming the trained run,
+# else a new run into a new out_dir
 MISTAKES = {
     "a seed below 0": (["--seed=-1"], "seed must be in [0, 1e19), got -1"),
     "beta1 of 1.5": (["--beta1=1.5"], "beta1 must be in [0, 1), got 1.5"),
@@ -431,6 +432,9 @@ MISTAKES = {
     "resume: a min_lr above the checkpoint's rate": (["--min_lr=1", "resume"],
                                                      "min_lr=1.0 is above learning_rate=0.003"),
     "a typo": (["--n_layr=3"], "did you mean 'n_layer'?"),
+    "a new run over the run": (["--out_dir=run"], "init_from='scratch' would train a new run over"),
+    "GPT-2's weights over the run": (["--out_dir=run", "--init_from=gpt2"],
+                                     "init_from='gpt2' would train a new run over"),
     "heads that do not divide the width": (["--n_head=3"],
                                            "n_embd=32 is not divisible by n_head=3"),
     "a block longer than the data": (["--block_size=30000"], "shorter than block_size=30000"),
@@ -483,15 +487,16 @@ MISTAKES = {
 @pytest.mark.parametrize("mistake", MISTAKES)
 def test_a_failed_check_is_one_line_and_leaves_out_dir_as_it_was(trained, mistake, monkeypatch):
     """Every check comes before anything is written: a mistake in the settings, their ranges, the
-    launch, the accumulation, the data or the resume (from scratch into a run's out_dir, or resuming
-    it) is one line, and every file of out_dir stays as it was: config.json, log.jsonl and its end,
-    the checkpoint."""
+    launch, the accumulation, the data, a new run over a run, or a resume is one line; no new
+    out_dir is made, and every file of the run's stays as it was: config.json, log.jsonl and its
+    end, the checkpoint."""
     args, says = MISTAKES[mistake]
     # as one of 2 torchrun processes
     monkeypatch.setenv("WORLD_SIZE", "2" if "split" in mistake else "1")
-    monkeypatch.chdir(trained)  # for out_dir=nowhere
+    monkeypatch.chdir(trained)  # for out_dir=nowhere, out_dir=run
     before = tree(trained)
-    argv = [f"--data_dir={trained / 'data'}", f"--out_dir={trained / 'run'}", *TRAIN_TINY,
+    out_dir = trained / ("run" if "resume" in args else "new")
+    argv = [f"--data_dir={trained / 'data'}", f"--out_dir={out_dir}", *TRAIN_TINY,
             "--max_iters=8", *[a for a in args if a != "resume"],
             *["--init_from=resume"] * ("resume" in args)]
     assert says in error_of(train.main, argv)
@@ -585,9 +590,8 @@ def test_a_token_id_outside_the_vocabulary_is_one_line_naming_its_shard(data_dir
         message = error_of(run, data, tmp_path / split / "run", "--max_iters=2")
         assert f"{shard} holds token id 60000, outside the vocabulary of" in message
         assert "prepare_data.py" in message and "--force" in message
-    # the first training batch is drawn before the run's folder is made (an evaluation's come
-    # after: the val split's run has its config.json)
-    assert not (tmp_path / "train" / "run").exists()
+    # the first training batch and every evaluation's are drawn before the run's folder is made
+    assert not (tmp_path / "train" / "run").exists() and not (tmp_path / "val" / "run").exists()
 
 
 def test_a_resume_may_name_the_head_the_checkpoint_has(trained, tmp_path):
@@ -625,16 +629,40 @@ def test_a_run_in_a_folder_another_run_holds_is_one_line_and_changes_nothing(tra
     """Two runs in one out_dir would write one log.jsonl and one checkpoint in turns: a resume, a
     new run or a dry run there while another run goes on is one line, before anything is written;
     once that run has ended, the resume goes on."""
-    out = tmp_path / "run"
+    out, starting = tmp_path / "run", tmp_path / "starting"
     shutil.copytree(trained / "run", out)
+    starting.mkdir()  # a new run's folder, before its first checkpoint
     before = tree(tmp_path)
-    with held(out):
-        for args in (["--init_from=resume"], [], ["--init_from=resume", "--dry_run=True"]):
-            message = error_of(run, trained / "data", out, "--max_iters=6", *args)
-            mentions(message, str(out), "still running", "wait for it to end", "another out_dir")
+    for folder, args in ((out, ["--init_from=resume"]), (starting, []),
+                         (out, ["--init_from=resume", "--dry_run=True"])):
+        with held(folder):
+            message = error_of(run, trained / "data", folder, "--max_iters=6", *args)
+        mentions(message, str(folder), "still running", "wait for it to end", "another out_dir")
     assert tree(tmp_path) == before
     log = run(trained / "data", out, "--max_iters=6", "--init_from=resume")
     assert log[-1]["status"] == "finished" and log[-1]["iter"] == 6
+
+
+def test_a_new_run_over_a_checkpoint_is_refused_and_starts_over_once_it_is_deleted(trained,
+                                                                                   tmp_path):
+    """A forgotten --init_from=resume would train over the run, which is then lost: a new run into
+    a folder that holds a checkpoint, whole or sharded (the link ckpt), is one line naming it and
+    the fixes, with nothing changed; once the checkpoint is deleted, the new run starts over there,
+    its log its own steps alone."""
+    out, sharded = tmp_path / "run", tmp_path / "sharded"
+    shutil.copytree(trained / "run", out)
+    (sharded / "ckpt-4").mkdir(parents=True)
+    (sharded / "ckpt").symlink_to("ckpt-4")
+    before = tree(tmp_path)
+    for found in (out / "ckpt.pt", sharded / "ckpt"):
+        message = error_of(run, trained / "data", found.parent, "--max_iters=2")
+        mentions(message, str(found), "init_from='scratch'", "init_from='resume'",
+                 "another out_dir", f"delete {found}")
+    assert tree(tmp_path) == before
+    (out / "ckpt.pt").unlink()
+    log = run(trained / "data", out, "--max_iters=2", "--eval_interval=2")
+    assert [e["iter"] for e in log if e["event"] == "eval"] == [0, 2]
+    assert log[-1]["status"] == "finished" and log[-1]["iter"] == 2
 
 
 def test_a_run_holds_its_folder_from_its_checks_or_its_making_to_its_end_however_it_ends(
@@ -724,7 +752,9 @@ def test_a_signal_while_compiling_is_one_line_and_leaves_no_poisoned_cache(data_
     last = err.strip().splitlines()[-1]
     assert (proc.returncode == 0
             or last.startswith("error: stopped while torch.compile was compiling")), err
-    again = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    # the same graph, into a new out_dir: the stop may have left a checkpoint in the first
+    again = subprocess.run([*args, f"--out_dir={tmp_path / 'again'}"], capture_output=True,
+                           text=True, env=env, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "finished at step 0" in again.stdout
     assert all(devices.whole_elf(kernel) for kernel in (tmp_path / "cache").rglob("*.so"))

@@ -98,12 +98,12 @@ def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(dat
     equal; and no training step draws one of the evaluations' batches."""
     # each batch's tokens, by what drew it
     drawn, evaluating = {"train": set(), "evaluate": set()}, []
-    evaluate = train.evaluate
+    eval_batch = train.eval_batch
 
-    def evaluate_flagged(*args):
+    def eval_batch_flagged(*args):
         evaluating.append(True)
         try:
-            return evaluate(*args)
+            return eval_batch(*args)
         finally:
             evaluating.pop()
 
@@ -111,7 +111,7 @@ def test_evaluations_use_the_same_batches_every_time_across_runs_and_resumes(dat
         x, y = get_batch(shards, rng, batch_size, block_size, device, vocab_size)
         drawn["evaluate" if evaluating else "train"].add(x.numpy().tobytes())
         return x, y
-    monkeypatch.setattr(train, "evaluate", evaluate_flagged)
+    monkeypatch.setattr(train, "eval_batch", eval_batch_flagged)
     monkeypatch.setattr(train, "get_batch", get_batch_recorded)
     frozen = ["--eval_interval=4", "--learning_rate=0", "--min_lr=0"]
     run(data_dir, tmp_path, "--max_iters=8", *frozen)
