@@ -223,7 +223,7 @@ def load_dataset(cfg, master=None, ckpt=None):
     each shard's header and size checked, and the data against block_size and the checkpoint's
     (check_data). pystdlib, the default, is made when missing by the master (offline, seconds);
     master None, in the checks: not made, (None, None)."""
-    folder = Path(cfg.data_dir) / cfg.dataset
+    folder = dataset_folder(cfg.data_dir, cfg.dataset)
     if cfg.dataset == "pystdlib" and master is not None:  # every process waits for the master
         if master and not (folder / "meta.json").exists():
             prepare_data.prepare("pystdlib", folder)
