@@ -4,6 +4,7 @@ or FSDP2, is its parallelize.)"""
 import dataclasses
 import os
 import sys
+import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -52,13 +53,16 @@ def check_launch(device, backend, parallel):
 
 
 @contextmanager
-def one_voice():
+def one_voice(grace_s=10.0):
     """Under torchrun every process makes the same checks and fails alike: process 0 alone prints
-    the one-line error, and every process exits with status 1."""
+    the one-line error, and every process exits with status 1. The others first wait up to grace_s
+    seconds: torchrun stops every process once one has exited, and one that exits before process 0
+    has printed would cut the line off (on a loaded machine process 0 can be seconds behind)."""
     try:
         yield
     except SystemExit as e:
         if isinstance(e.code, str) and os.environ.get("RANK", "0") != "0":
+            time.sleep(grace_s)
             raise SystemExit(1) from None
         raise
 

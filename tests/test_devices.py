@@ -108,19 +108,25 @@ def test_a_count_that_does_not_split_is_one_line_naming_the_multiple_to_use():
     mentions(message, "total_batch_size=64", "batch_size * block_size = 0", "change one")
 
 
-@pytest.mark.parametrize("rank, code", [("0", "error: x"), ("1", 1), ("2", 1), (None, "error: x")])
+@pytest.mark.parametrize("rank, code, waits", [("0", "error: x", []), ("1", 1, [10.0]),
+                                               ("2", 1, [10.0]), (None, "error: x", [])])
 def test_under_torchrun_process_0_alone_prints_the_error_and_every_process_exits_1(
-        alone, rank, code):
+        alone, rank, code, waits):
+    """The others exit silently, and only after a wait: torchrun stops every process once one has
+    exited, which would cut off process 0's line."""
+    slept = []
+    alone.setattr(devices.time, "sleep", slept.append)
     if rank is not None:
         alone.setenv("RANK", rank)
     with pytest.raises(SystemExit) as e, devices.one_voice():
         raise SystemExit("error: x")
-    assert e.value.code == code
+    assert e.value.code == code and slept == waits
     with pytest.raises(SystemExit) as e, devices.one_voice():
-        raise SystemExit(3)  # a status, not a message: every process's own
-    assert e.value.code == 3
+        raise SystemExit(3)  # a status, not a message: every process's own, at once
+    assert e.value.code == 3 and slept == waits
     with devices.one_voice():
         pass
+    assert slept == waits
 
 
 def test_without_torchrun_a_process_is_rank_0_of_1_and_fsdp_gets_a_group_of_one(alone):

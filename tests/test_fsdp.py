@@ -133,13 +133,18 @@ def test_the_default_accumulation_is_one_micro_batch_per_process_and_is_recorded
 
 
 def test_a_check_that_fails_under_torchrun_is_one_line_from_process_0_and_writes_nothing(
-        data_dir, tmp_path):
+        data_dir, tmp_path, tmp_path_factory):
     """Every process makes the same checks before anything is written: process 0 alone prints the
     line, the others exit 1 silently (unless torchrun stops them first, and then adds its own report
-    of the failure)."""
+    of the failure). Process 0 starts 2 s late here, as on a loaded machine: the others wait for it,
+    or torchrun would stop it before its line."""
+    slow = tmp_path_factory.mktemp("process_0_late")
+    (slow / "sitecustomize.py").write_text(
+        "import os, time\nif os.environ.get('RANK') == '0':\n    time.sleep(2)\n")
     result = torchrun([os.path.join(ROOT, "train.py"), f"--data_dir={data_dir}", *TINY,
                        "--parallel=fsdp", "--gradient_accumulation_steps=3",
-                       f"--out_dir={tmp_path / 'out'}"], timeout=300)
+                       f"--out_dir={tmp_path / 'out'}"], timeout=300,
+                      env=os.environ | {"PYTHONPATH": str(slow)})
     assert result.returncode != 0 and result.stdout == ""
     assert result.stderr.count("error: ") == 1 and list(tmp_path.iterdir()) == []
     [line] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
