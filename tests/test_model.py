@@ -581,9 +581,11 @@ def test_bf16_autocast_forward_is_finite_and_close(mode, arch):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode", NORM_MODES)
 def test_compile_aot_eager_fullgraph_matches_eager(mode, arch):
+    """Two blocks, the first and one after it: every block's code is traced, and tracing costs
+    about a second a block."""
     # each model is a recompile of GPT.forward: stay below dynamo's limit of 8
     torch._dynamo.reset()
-    model = build(mode, arch=arch)
+    model = build(mode, arch=arch, n_layer=2)
     idx, targets = batch(model.config)
     # fullgraph: a graph break fails
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
