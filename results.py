@@ -339,7 +339,8 @@ def baseline_text(rows):
 
 
 def race_table(rows):
-    """results.md's race table: a row per entry at its own best rate."""
+    """results.md's race table: a row per entry at its own best rate, and a note under it where
+    the frequency baseline could not be computed."""
     lines = ["| entry | best lr | final val loss there | per seed | largest lr that trains | best "
              "inside the grid | − pre at each one's best lr (95% interval, seeds) |",
              "|---|---|---|---|---|---|---|"]
@@ -358,6 +359,11 @@ def race_table(rows):
                      f"{row['largest_training']:g} | "
                      f"{'yes' if row['inside'] else 'no: at the edge'} | "
                      f"{race_gap_cell(row['gap'])} |")
+    if rows and rows[0]["frequency_loss"] is None:
+        lines += ["", "Largest lr that trains: without the dataset in data_dir, the frequency "
+                      "baseline is not computed and every rate where a seed finished and none "
+                      "diverged counts, even one whose runs learned no context: prepare the "
+                      "dataset (prepare_data.py) and draw the tables again."]
     return "\n".join(lines)
 
 

@@ -21,7 +21,7 @@ import configurator
 import plots
 import results
 from configurator import ENTRIES
-from conftest import write_run
+from conftest import mentions, write_run
 from model import GPT, NORM_MODES
 
 BASE = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32",
@@ -961,6 +961,9 @@ def test_the_race_takes_each_entry_at_its_own_best_rate_and_pairs_its_seeds_with
     assert f"{mean:+.4f} [{mean - half:+.4f}, {mean + half:+.4f}] (2), pre at 0.002" in row
     assert "1.6750 ± 0.0212 (sample std, 2 seeds)" in row and "no: at the edge" in row
     assert "| geonorm | 0.001 |" in text and "| 0.002 | no: at the edge |" in text
+    # no dataset here: "trains" could not be checked against the frequency baseline, and says so
+    note = text.split("| geonorm | 0.001 |")[1].split("\n\n")[1]
+    mentions(note, "lr that trains", "baseline is not computed", "prepare the dataset")
     for run in runs:  # geonorm diverged at every rate; post has not run yet
         if run["mode"] != "pre" and run["seed"] == 1:
             write_run(run["dir"], [(0, 4.0), (10, math.inf)], "diverged")
@@ -1012,3 +1015,4 @@ def test_a_rate_whose_runs_end_on_the_frequency_plateau_does_not_train(tmp_path)
     assert rows["pre"]["frequency_loss"] == pytest.approx(baseline)
     text = results.results_text(results.summarize(runs, plan), plan, ["CONFIG"], [])
     assert f"by its training frequency, {baseline:.4f} here" in text
+    assert "not computed" not in text
