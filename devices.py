@@ -55,15 +55,18 @@ def check_launch(device, backend, parallel):
 @contextmanager
 def one_voice(grace_s=10.0):
     """Under torchrun every process makes the same checks and fails alike: process 0 alone prints
-    the one-line error, and every process exits with status 1. The others first wait up to grace_s
+    the one-line error, and every process exits with status 1. The others first wait grace_s
     seconds: torchrun stops every process once one has exited, and one that exits before process 0
-    has printed would cut the line off (on a loaded machine process 0 can be seconds behind)."""
+    has printed would cut the line off (on a loaded machine process 0 can be seconds behind). One
+    still running after the wait failed where process 0 did not (a file missing on its node only):
+    it says its own line, naming itself."""
     try:
         yield
     except SystemExit as e:
-        if isinstance(e.code, str) and os.environ.get("RANK", "0") != "0":
+        rank = os.environ.get("RANK", "0")
+        if isinstance(e.code, str) and rank != "0":
             time.sleep(grace_s)
-            raise SystemExit(1) from None
+            raise SystemExit(f"error: process {rank}: {e.code.removeprefix('error: ')}") from None
         raise
 
 

@@ -108,12 +108,15 @@ def test_a_count_that_does_not_split_is_one_line_naming_the_multiple_to_use():
     mentions(message, "total_batch_size=64", "batch_size * block_size = 0", "change one")
 
 
-@pytest.mark.parametrize("rank, code, waits", [("0", "error: x", []), ("1", 1, [10.0]),
-                                               ("2", 1, [10.0]), (None, "error: x", [])])
-def test_under_torchrun_process_0_alone_prints_the_error_and_every_process_exits_1(
+@pytest.mark.parametrize("rank, code, waits", [("0", "error: x", []),
+                                               ("1", "error: process 1: x", [10.0]),
+                                               ("2", "error: process 2: x", [10.0]),
+                                               (None, "error: x", [])])
+def test_under_torchrun_the_others_wait_for_process_0_to_say_the_error_before_their_own(
         alone, rank, code, waits):
-    """The others exit silently, and only after a wait: torchrun stops every process once one has
-    exited, which would cut off process 0's line."""
+    """The others wait first: torchrun stops every process once one has exited, which would cut
+    off process 0's line. One that is still running then failed where process 0 did not, and says
+    so itself."""
     slept = []
     alone.setattr(devices.time, "sleep", slept.append)
     if rank is not None:

@@ -135,9 +135,9 @@ def test_the_default_accumulation_is_one_micro_batch_per_process_and_is_recorded
 def test_a_check_that_fails_under_torchrun_is_one_line_from_process_0_and_writes_nothing(
         data_dir, tmp_path, tmp_path_factory):
     """Every process makes the same checks before anything is written: process 0 alone prints the
-    line, the others exit 1 silently (unless torchrun stops them first, and then adds its own report
-    of the failure). Process 0 starts 2 s late here, as on a loaded machine: the others wait for it,
-    or torchrun would stop it before its line."""
+    line, and torchrun stops the others, which wait for it, and adds its own report of the failure.
+    Process 0 starts 2 s late here, as on a loaded machine: were the others not waiting, torchrun
+    would stop it before its line."""
     slow = tmp_path_factory.mktemp("process_0_late")
     (slow / "sitecustomize.py").write_text(
         "import os, time\nif os.environ.get('RANK') == '0':\n    time.sleep(2)\n")

@@ -980,6 +980,23 @@ def test_the_race_takes_each_entry_at_its_own_best_rate_and_pairs_its_seeds_with
     assert results.race(results.summarize(one_runs, one_rate), one_rate) == []
 
 
+def test_a_race_tables_rows_say_what_their_records_hold():
+    """An entry's name carries its sweep point; one seed has no spread; the best inside the grid
+    says yes; and a race of one entry without the dataset still says that 'trains' went
+    unchecked."""
+    finished = dict(mode="post", sweep={"n_layer": 4, "n_embd": 64}, best_lr=2e-3, ended=True,
+                    final_val_loss=(1.5, 0.0), per_seed={1: 1.5}, largest_training=4e-3,
+                    inside=True, gap=None, frequency_loss=None)
+    unfinished = dict(mode="pre", sweep={"n_layer": 4, "n_embd": 64}, best_lr=None, ended=False,
+                      frequency_loss=None)
+    lines = results.race_table([finished, unfinished]).splitlines()
+    assert lines[2] == ("| post n_layer=4 n_embd=64 | 0.002 | 1.5000 (1 seed) | 1.5000 | 0.004 "
+                        "| yes | — |")
+    assert lines[3] == "| pre n_layer=4 n_embd=64 | — | none finished | — | — | — | — |"
+    mentions(results.race_table([finished]), "lr that trains", "not computed")
+    assert "not computed" not in results.race_table([finished | dict(frequency_loss=3.3)])
+
+
 @pytest.mark.parametrize("n, t", [(2, 12.706), (3, 4.303), (5, 2.776), (31, 2.042), (40, 1.96)])
 def test_the_95_interval_is_students_t_over_the_seeds(n, t):
     values = [float(i % 3) for i in range(n)]
