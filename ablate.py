@@ -249,7 +249,9 @@ def plan_runs(plan, root):
 
 def check_not_stale(runs):
     """Stop before training if a run folder was made with other settings: its results would mislead.
-    out_dir may differ: an ablation folder moved elsewhere holds the same runs."""
+    out_dir and data_dir may differ: they are places, not settings. An ablation folder moved
+    elsewhere, or its dataset prepared elsewhere, holds the same runs (a resume checks that its data
+    is the data it trained on)."""
     for run in runs:
         path = run["dir"] / "config.json"
         if path.exists():
@@ -261,7 +263,7 @@ def check_not_stale(runs):
                 sys.exit(f"error: {path} is not train.py's config.json ({first_line(e)}): "
                          f"move it away, or delete {run['dir']} to train that run again")
             for key, value in run["settings"].items():
-                if key != "out_dir" and key in old and old[key] != value:
+                if key not in ("out_dir", "data_dir") and key in old and old[key] != value:
                     sys.exit(f"error: {run['dir']} was trained with {key}={old[key]!r}, "
                              f"not {value!r}: delete it, or pick another out_dir")
 

@@ -678,13 +678,15 @@ def test_a_failed_check_is_its_last_line_of_stderr_and_nothing_runs(
 
 def test_a_run_folder_of_other_settings_stops_all_but_a_moved_folder_or_a_new_setting_does_not(
         tmp_path):
-    run = dict(dir=tmp_path / "run", settings=dict(out_dir="here", n_layer=4, dropout=0.1))
+    run = dict(dir=tmp_path / "run",
+               settings=dict(out_dir="here", data_dir="mine", n_layer=4, dropout=0.1))
     run["dir"].mkdir()
     (run["dir"] / "config.json").write_text(
-        json.dumps(dict(config=dict(out_dir="elsewhere", n_layer=4))))
-    ablate.check_not_stale([run])  # out_dir moved, dropout newer than the run: the same run
+        json.dumps(dict(config=dict(out_dir="elsewhere", data_dir="data", n_layer=4))))
+    # out_dir moved, the data prepared elsewhere, dropout newer than the run: the same run
+    ablate.check_not_stale([run])
     (run["dir"] / "config.json").write_text(
-        json.dumps(dict(config=dict(out_dir="here", n_layer=2))))
+        json.dumps(dict(config=dict(out_dir="here", data_dir="data", n_layer=2))))
     message = error_of(ablate.check_not_stale, [dict(run, dir=tmp_path / "none"), run])
     mentions(message, str(run["dir"]), "n_layer=2", "not 4", "delete it", "another out_dir")
 
