@@ -959,7 +959,8 @@ def test_the_race_takes_each_entry_at_its_own_best_rate_and_pairs_its_seeds_with
     row = next(line for line in text.splitlines() if line.startswith("| post | 0.004 |"))
     mean = statistics.mean(gaps)
     assert f"{mean:+.4f} [{mean - half:+.4f}, {mean + half:+.4f}] (2), pre at 0.002" in row
-    assert "1.6750 ± 0.0212 (sample std, 2 seeds)" in row and "no: at the edge" in row
+    assert "1.6750 ± 0.0212 (sample std, 2 seeds) | 1.6600, 1.6900 |" in row
+    assert "no: at the edge" in row
     assert "| geonorm | 0.001 |" in text and "| 0.002 | no: at the edge |" in text
     # no dataset here: "trains" could not be checked against the frequency baseline, and says so
     note = text.split("| geonorm | 0.001 |")[1].split("\n\n")[1]
@@ -990,6 +991,9 @@ def test_a_race_tables_rows_say_what_their_records_hold():
     unfinished = dict(mode="pre", sweep={"n_layer": 4, "n_embd": 64}, best_lr=None, ended=False,
                       frequency_loss=None)
     lines = results.race_table([finished, unfinished]).splitlines()
+    # a markdown table of 7 columns
+    assert all(line.startswith("|") and line.endswith("|") and line.count("|") == 8
+               for line in lines[:4]) and lines[1] == "|---" * 7 + "|"
     assert lines[2] == ("| post n_layer=4 n_embd=64 | 0.002 | 1.5000 (1 seed) | 1.5000 | 0.004 "
                         "| yes | — |")
     assert lines[3] == "| pre n_layer=4 n_embd=64 | — | none finished | — | — | — | — |"
