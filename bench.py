@@ -79,11 +79,6 @@ block_size = 256
 batch_size = 8
 # --------------------------------------------------------------------------------------------------
 PROMPT = 8  # tokens of the sampling prompt: block_size must leave room after it
-# Each entry compiles GPT.forward anew (dynamo's guards see its mode and switches); past dynamo's
-# default of 8 compilations per function the rest would run eager, silently: room for every entry,
-# in both passes
-# the name torch 2.4 knows; recompile_limit since 2.7, an alias
-torch._dynamo.config.cache_size_limit = 64
 # train.py's settings that shape what bench.py measures; none of the others do
 # (out_dir, parallel, ...)
 MEASURED = ({f.name for f in dataclasses.fields(GPTConfig)} - {"vocab_size", "norm_mode"}
@@ -206,6 +201,13 @@ class Runner:
         self.optimizer = self.model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
                                                          (cfg.beta1, cfg.beta2),
                                                          cfg.device.split(":")[0])
+        if compiled:
+            # Each entry compiles GPT.forward anew (dynamo's guards see its mode and switches); past
+            # dynamo's default of 8 compilations per function the rest would run eager, silently:
+            # room for every entry, in both passes. Set here, not at the top: importing dynamo
+            # costs every start of bench.py a second or two.
+            # the name torch 2.4 knows; recompile_limit since 2.7, an alias
+            torch._dynamo.config.cache_size_limit = 64
         self.fn = torch.compile(self.model) if compiled else self.model
         g = torch.Generator().manual_seed(0)
         data = torch.randint(0, vocab_size, (cfg.batch_size, cfg.block_size + 1),
