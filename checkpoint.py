@@ -26,10 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 import torch.nn as nn
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
-                                                     get_state_dict, set_state_dict)
 
 from data import first_line, write_json
 from logbook import read_events
@@ -212,6 +209,14 @@ def shard_digests(meta):
             for split in ("train", "val") for s in meta["shards"][split]]
 
 
+def dcp():
+    """torch.distributed.checkpoint, imported where it is used: DTensor's machinery behind it costs
+    a second, at every start of every script if imported at the top, and most starts never touch a
+    sharded checkpoint. (An `except` names its exception only when one is raised.)"""
+    import torch.distributed.checkpoint
+    return torch.distributed.checkpoint
+
+
 def unprefixed(weights):
     """A whole checkpoint's model weights less torch.compile's and DDP's key prefixes (nanoGPT's
     have them)."""
@@ -223,7 +228,7 @@ def load_weights(model, ckpt):
     a sharded checkpoint DCP reads, in this process, only the model's tensors: the optimizer state
     stays on disk."""
     if "sharded" in ckpt:
-        dcp.load({"model": model.state_dict()}, checkpoint_id=ckpt["sharded"], no_dist=True)
+        dcp().load({"model": model.state_dict()}, checkpoint_id=ckpt["sharded"], no_dist=True)
     else:
         model.load_state_dict(unprefixed(ckpt["model"]))
 
@@ -253,7 +258,7 @@ def load_model(out_dir, device):
         load_weights(model, ckpt)
         meta = ckpt["meta"]
         vocab_size = meta["vocab_size"]
-    except (Exception, dcp.CheckpointException) as e:  # DCP's exception is a BaseException
+    except (Exception, dcp().CheckpointException) as e:  # DCP's exception is a BaseException
         raise SystemExit(why_not(e, path, "train it again"))
     # e.g. GPT-2's 50257 padded to 50304: the padding ids have no text, never sample them
     if vocab_size < model.config.vocab_size:
@@ -263,7 +268,7 @@ def load_model(out_dir, device):
 
 def cause(e):
     """A failed load's error; DCP's, its first failing rank's (its own names only the ranks)."""
-    return next(iter(e.failures.values()))[0] if isinstance(e, dcp.CheckpointException) else e
+    return next(iter(e.failures.values()))[0] if isinstance(e, dcp().CheckpointException) else e
 
 
 def why_not(e, path, fix):
@@ -284,17 +289,19 @@ def restore(model, optimizer, ckpt, out_dir):
     takes its own part of ckpt.pt's tensors, or DCP reads the parts it needs of a sharded one, saved
     by any number of processes. The moments of then, the hyperparameters of now (not the saved
     weight decay, betas, fused flag)."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict,
+                                                         set_state_dict)
     now = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     state = ckpt
     try:
         if "sharded" in ckpt:  # this layout's state dicts, filled in place
             state = dict(zip(("model", "optimizer"), get_state_dict(model, optimizer)))
-            dcp.load(state, checkpoint_id=ckpt["sharded"], no_dist=not dist.is_initialized())
+            dcp().load(state, checkpoint_id=ckpt["sharded"], no_dist=not dist.is_initialized())
         set_state_dict(model, optimizer, model_state_dict=unprefixed(state["model"]),
                        optim_state_dict=state["optimizer"],
                        options=StateDictOptions(full_state_dict="sharded" not in ckpt))
     # a RuntimeError, KeyError, DCP's BaseException, ...
-    except (Exception, dcp.CheckpointException) as e:
+    except (Exception, dcp().CheckpointException) as e:
         # train.py has checked the model settings: what is left is damage, or a model.py
         # edited since
         fix = "resume with the model.py and model settings it was trained with"
@@ -323,10 +330,11 @@ def save_checkpoint(out_dir, model, optimizer, fields, sharded, master):
     run.json and the checksums of every file and points the link out_dir/ckpt at the folder by one
     atomic rename. A kill at any moment leaves a whole checkpoint, the old or the new, with its
     checksums; then the rest go."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, get_state_dict
     if sharded:
         # left by a save cut short? DCP overwrites it
         folder = out_dir / f"ckpt-{fields['iter_num']}"
-        dcp.save(dict(zip(("model", "optimizer"), get_state_dict(model, optimizer))),
+        dcp().save(dict(zip(("model", "optimizer"), get_state_dict(model, optimizer))),
                  checkpoint_id=folder)
         if master:  # every process's shards and DCP's .metadata, written last, are in the folder
             (folder / "run.json").write_text(json.dumps(fields))

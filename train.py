@@ -43,8 +43,6 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import checkpoint
@@ -320,6 +318,8 @@ def parallelize(model, cfg, proc):
         ids = [proc.device] if proc.device.startswith("cuda") else None
         return (DDP(model, device_ids=ids, gradient_as_bucket_view=True) if proc.world > 1
                 else model), model
+    # here, not at the top: FSDP's DTensor machinery costs every start of train.py a second
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     mesh = init_device_mesh(proc.device.split(":")[0], (proc.world,))
     # bf16 on CUDA: blocks gather bf16 weights and reduce fp32 gradients; their fp32 inputs, the
     # fp32 root and autocast keep ddp's numbers but for bf16 norm gains. (CPU autocast runs
@@ -612,7 +612,7 @@ def run_training(cfg, proc, ckpt, meta, data, config):
                                                        cfg.grad_clip or math.inf)
             if cfg.gpas_gate_clip:  # GPAS's authors: the gates' own norm, after the global clip
                 torch.nn.utils.clip_grad_norm_(gates, cfg.gpas_gate_clip)
-            if isinstance(grad_norm, DTensor):  # fsdp: the norm over all shards
+            if cfg.parallel == "fsdp":  # a DTensor: the norm over all shards
                 grad_norm = grad_norm.full_tensor()
             # full: no copy to wait on
             stops = torch.full((), float(len(signals.received)), device=proc.device)

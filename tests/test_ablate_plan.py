@@ -408,8 +408,9 @@ def test_figures_of_a_size_sweep_print_its_size_table_into_a_folder_made_with_it
     for n in (1, 2):
         fake_run(tmp_path / "out" / "ablate" / f"pre_lr0.001_s1_n_layer{n}", 1, n_layer=n)
     folder = tmp_path / "a" / "b" / "figures"
-    args = [f"--out_dir={tmp_path / 'out'}", "--modes=pre", "--learning_rate=1e-3", "--seeds=1",
-            "--sweep=n_layer=1,2", f"--figures={folder}"]
+    # no dataset: no parameter counts, whatever the working directory's data/ holds
+    args = [f"--out_dir={tmp_path / 'out'}", f"--data_dir={tmp_path / 'data'}", "--modes=pre",
+            "--learning_rate=1e-3", "--seeds=1", "--sweep=n_layer=1,2", f"--figures={folder}"]
     printed = ablate_main(*args)
     plan = ablate.configure(args)
     groups = results.summarize(ablate.plan_runs(plan, tmp_path / "out" / "ablate"), plan)

@@ -41,6 +41,17 @@ def test_no_script_but_train_imports_train():
     assert result.returncode == 0, result.stderr
 
 
+def test_no_script_imports_dtensor_or_dynamo_until_it_needs_them():
+    """DTensor's machinery (behind FSDP and DCP) and dynamo cost a second or two to import: a
+    mistake's one line, --help, a dry run, sampling or scoring a whole checkpoint need neither."""
+    heavy = ("torch.distributed.tensor", "torch._dynamo")
+    check = ("import sys, ablate, bench, eval, prepare_data, sample, train; "
+             f"print(*[m for m in {heavy!r} if m in sys.modules])")
+    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "", result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("script", ["sample.py", "bench.py", "ablate.py"])
 def test_help_prints_the_scripts_docstring_and_exits_0(script, monkeypatch, capsys):
     """`python script --help`, run as __main__ in this process: a process of its own would spend
