@@ -773,10 +773,13 @@ def test_a_runs_config_json_of_the_wrong_shape_is_one_line(tmp_path):
     train.py's."""
     args = [f"--out_dir={tmp_path}", "--modes=pre", "--seeds=1", "--max_iters=1", "--dry_run=True"]
     path = tmp_path / "ablate" / "pre_lr0.001_s1" / "config.json"
-    for make in (lambda: path.mkdir(parents=True), lambda: path.write_text("{"),
-                 lambda: path.write_text("[1]"), lambda: path.write_text('{"config": 3}')):
+    # each with what reading it raised
+    for make, why in ((lambda: path.mkdir(parents=True), "IsADirectoryError"),
+                      (lambda: path.write_text("{"), "JSONDecodeError"),
+                      (lambda: path.write_text("[1]"), "TypeError"),
+                      (lambda: path.write_text('{"config": 3}'), "AttributeError")):
         if path.is_dir():
             path.rmdir()
         make()
         got = error_of(ablate_main, *args)
-        assert f"{path} is not train.py's config.json" in got and "move it away" in got, got
+        mentions(got, f"{path} is not train.py's config.json", why, "move it away")
