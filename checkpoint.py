@@ -335,7 +335,7 @@ def save_checkpoint(out_dir, model, optimizer, fields, sharded, master):
         # left by a save cut short? DCP overwrites it
         folder = out_dir / f"ckpt-{fields['iter_num']}"
         dcp().save(dict(zip(("model", "optimizer"), get_state_dict(model, optimizer))),
-                 checkpoint_id=folder)
+                   checkpoint_id=folder)
         if master:  # every process's shards and DCP's .metadata, written last, are in the folder
             (folder / "run.json").write_text(json.dumps(fields))
             files = sorted(p for p in folder.iterdir() if p.name != SHARDED_SUMS)
