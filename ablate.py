@@ -31,8 +31,9 @@ eval_tasks and eval_limit is not evaluated again. A diverged run (non-finite los
 tabled and plotted as diverged. out_dir/ablate gets results.md, results.json and the plots.
 
 Before any run starts, eval.py loads the eval tasks and train.py checks each run's settings (both
---dry_run): a mistake is one line, with nothing trained; --dry_run stops there. A run that fails or
-is not evaluated makes the exit status 1.
+--dry_run; train.py's checks run in ablate.py's own process, a fraction of a second each): a mistake
+is one line, with nothing trained; --dry_run stops there. A run that fails or is not evaluated makes
+the exit status 1.
 """
 import signal
 
@@ -40,12 +41,15 @@ import signal
 if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
+import contextlib
+import io
 import itertools
 import json
 import os
 import subprocess
 import sys
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
@@ -283,21 +287,72 @@ def train_args(run):
 def check_before_training(runs, plan, env):
     """Find every mistake before any run starts: eval.py loads the eval tasks unless every run is
     scored, and train.py checks the settings, data and checkpoint of each run not done yet, as one
-    of nproc processes (both --dry_run, writing nothing). The first failure is one line."""
+    of nproc processes (both --dry_run, writing nothing). The first failure is one line, the
+    tasks' before the runs'."""
     eval_args = [f"--{k}={v}" for k, v in plan["eval"].items() if v]
     to_score = plan["eval"]["tasks"] and not all(evaluated(r["dir"], plan["eval"]) for r in runs)
-    checks = [("the eval tasks", [EVAL, "--dry_run=True", *eval_args])] * bool(to_score)
-    checks += [(r["name"], [TRAIN, *train_args(r), "--dry_run=True"]) for r in runs if not done(r)]
-    # the run's processes: its accumulation must split
+    command = [sys.executable, EVAL, "--dry_run=True", *eval_args]
+    # as one of the run's processes
     env = env | {"WORLD_SIZE": str(plan["nproc"])}
-    with ThreadPoolExecutor(plan["jobs"]) as pool:
-        results = pool.map(lambda check: subprocess.run([sys.executable, *check[1]],
-                                                        capture_output=True, text=True, env=env),
-                           checks)
-        for (what, _), result in zip(checks, results):
-            if result.returncode:
-                last = (result.stderr.strip() or "no output").splitlines()[-1]
-                sys.exit(f"error: {what}: {last.removeprefix('error: ')} (nothing has run)")
+    with ThreadPoolExecutor(1) as pool:
+        # lm-eval's import and task index take seconds: in a process of their own, meanwhile
+        scoring = (pool.submit(subprocess.run, command, capture_output=True, text=True, env=env)
+                   if to_score else None)
+        found = first_mistake(runs, plan["nproc"])
+        if scoring and scoring.result().returncode:
+            found = ("the eval tasks", last_line(scoring.result().stderr))
+    if found:
+        what, line = found
+        sys.exit(f"error: {what}: {line.removeprefix('error: ')} (nothing has run)")
+
+
+def first_mistake(runs, nproc):
+    """The first run not done that train.py's check finds a mistake in, and its line; or None.
+    The checks run here: a process each cost seconds of imports (the race's 176 runs: minutes)."""
+    with planned_world(nproc):
+        for run in runs:
+            line = None if done(run) else mistake_of(run)
+            if line:
+                return run["name"], line
+    return None
+
+
+@contextlib.contextmanager
+def planned_world(nproc):
+    """os.environ as each of a torchrun launch's nproc processes sees it before it starts
+    (WORLD_SIZE), for the block."""
+    before = os.environ.get("WORLD_SIZE")
+    os.environ["WORLD_SIZE"] = str(nproc)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["WORLD_SIZE"]
+        else:
+            os.environ["WORLD_SIZE"] = before
+
+
+def mistake_of(run):
+    """The line train.py --dry_run would end with for run, train.main's own check run in this
+    process; None if it passes."""
+    import train  # torch and the model's code: not for --help or --figures
+    said = io.StringIO()
+    try:
+        # its plan on stdout is not ablate.py's to print; its mistakes are on stderr
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
+            train.main([*train_args(run), "--dry_run=True"])
+    except SystemExit as e:
+        if not e.code:
+            return None
+        return e.code if isinstance(e.code, str) else last_line(said.getvalue())
+    # what python would print last before dying of it
+    except Exception as e:
+        return last_line("".join(traceback.format_exception_only(e)))
+    return None
+
+
+def last_line(text):
+    return (text.strip() or "no output").splitlines()[-1]
 
 
 def execute(run, nproc, env, evaluation):

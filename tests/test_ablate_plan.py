@@ -21,6 +21,7 @@ import ablate
 import configurator
 import plots
 import results
+import train
 from conftest import (ABLATE_TINY, PLOTS, ROOT, ablate_main, error_of, held, holds, mentions,
                       table_rows, tripwire, write_run)
 from model import NORM_MODES
@@ -428,9 +429,8 @@ def test_figures_of_a_size_sweep_print_its_size_table_into_a_folder_made_with_it
 
 FAKE_PYTHON = '''#!{python}
 """Stands in for python running train.py or eval.py (under torchrun or not): records the call in
-$FAKE_CALLS and does what the script would, in a moment. A run of seed 13 crashes; n_head=3 fails
-its check on stderr, n_head=5 with no output; eval.py's check of task nope fails, its scoring at
-limit 13; a run of seed 99 lasts until a SIGTERM."""
+$FAKE_CALLS and does what the script would, in a moment. A run of seed 13 crashes; eval.py's check
+of task nope fails, its scoring at limit 13; a run of seed 99 lasts until a SIGTERM."""
 import json, os, sys
 from pathlib import Path
 argv = sys.argv[1:]
@@ -442,9 +442,7 @@ with open(os.environ["FAKE_CALLS"], "a") as f:
                 threads=os.environ["OMP_NUM_THREADS"], world=os.environ.get("WORLD_SIZE"))
     f.write(json.dumps(call) + "\\n")
 if args.get("dry_run") == "True":
-    sys.exit("error: n_embd=32 is not divisible by n_head=3" if args.get("n_head") == "3" else
-             "error: lm-eval has no task 'nope'" if args.get("tasks") == "nope" else
-             1 if args.get("n_head") == "5" else 0)
+    sys.exit("error: lm-eval has no task 'nope'" if args.get("tasks") == "nope" else 0)
 print("a line of output", flush=True)
 print("a warning", file=sys.stderr, flush=True)
 out = Path(args["out_dir"])
@@ -478,15 +476,29 @@ def trained(command, log, env):
     return 0
 
 
+def record_check(argv):
+    """train.main's stand-in for ablate.py's checks, which run it in ablate.py's process: the call
+    recorded as FAKE_PYTHON records one. n_head=3 fails with a line, n_head=5 with none."""
+    args = dict(a[2:].split("=", 1) for a in argv)
+    call = dict(script="train.py", launcher=[], args=args,
+                threads=os.environ.get("OMP_NUM_THREADS"), world=os.environ.get("WORLD_SIZE"))
+    with open(os.environ["FAKE_CALLS"], "a") as f:
+        f.write(json.dumps(call) + "\n")
+    print("the plan", flush=True)  # train.py --dry_run's, on stdout
+    if args.get("n_head") in ("3", "5"):
+        sys.exit("error: n_embd=32 is not divisible by n_head=3" if args["n_head"] == "3" else 1)
+
+
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
-    """ablate.main with python standing in for train.py and eval.py (FAKE_PYTHON) and 8 CPUs:
-    main(*args) returns (what it printed, its plan's runs); calls() the calls made since the last,
-    each {script, launcher, args, threads, world}."""
+    """ablate.main with python standing in for train.py and eval.py (FAKE_PYTHON), train.main for
+    the runs' checks (record_check), and 8 CPUs: main(*args) returns (what it printed, its plan's
+    runs); calls() the calls made since the last, each {script, launcher, args, threads, world}."""
     python = tmp_path / "python"
     python.write_text(FAKE_PYTHON.format(python=sys.executable))
     python.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(python))
+    monkeypatch.setattr(train, "main", record_check)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls.jsonl"))
@@ -580,7 +592,7 @@ def test_runs_of_several_processes_launch_through_torchrun_with_the_threads_spli
     printed, runs = main("--modes=pre", "--nproc=2")
     [check] = calls()
     # checked as one of 2
-    assert check["world"] == "2" and check["threads"] == "4" and check["launcher"] == []
+    assert check["world"] == "2" and check["launcher"] == []
     [(command, env)] = launched
     assert command[:5] == [sys.executable, "-m", "torch.distributed.run", "--standalone",
                            "--nproc_per_node=2"]
@@ -598,9 +610,12 @@ def test_each_process_gets_the_cpus_threads_divided_among_the_jobs_processes(
         fake, monkeypatch, cpus, jobs, nproc, threads):
     main, calls = fake
     monkeypatch.setattr(os, "cpu_count", lambda: cpus)
-    monkeypatch.setattr(ablate, "run_logged", trained)
+    given = []
+    monkeypatch.setattr(ablate, "run_logged",
+                        lambda command, log, env: given.append(env["OMP_NUM_THREADS"]) or
+                        trained(command, log, env))
     printed, _ = main("--modes=pre", f"--jobs={jobs}", f"--nproc={nproc}")
-    assert [c["threads"] for c in calls()] == [threads]
+    assert given == [threads]
     assert f", {jobs} at a time, {threads} threads per process\n" in printed
 
 
@@ -610,10 +625,13 @@ def test_eval_tasks_are_checked_first_and_scored_after_each_run_unless_scored_al
     printed, runs = main("--modes=pre", "--seeds=1,2", "--eval_tasks=piqa,arc_easy",
                          "--eval_limit=3")
     made = calls()
-    assert made[0] == dict(script="eval.py", launcher=[],
-                           args=dict(dry_run="True", tasks="piqa,arc_easy", limit="3"),
-                           threads="8", world="1")
-    evals = [c for c in made[1:] if c["script"] == "eval.py"]
+    [check] = [c for c in made if c["script"] == "eval.py" and "dry_run" in c["args"]]
+    assert check == dict(script="eval.py", launcher=[],
+                         args=dict(dry_run="True", tasks="piqa,arc_easy", limit="3"),
+                         threads="8", world="1")
+    # before any run
+    assert made.index(check) < min(made.index(c) for c in made if "dry_run" not in c["args"])
+    evals = [c for c in made if c["script"] == "eval.py" and c is not check]
     assert sorted(c["args"]["out_dir"] for c in evals) == sorted(str(r["dir"]) for r in runs)
     assert all(c["args"] == dict(out_dir=c["args"]["out_dir"], tasks="piqa,arc_easy", limit="3")
                for c in evals)
@@ -663,18 +681,50 @@ def test_a_progress_line_says_what_happened_to_the_run_and_its_result(tmp_path):
             == f"[1/1] pre_lr0.001_s1: resumed, 1 s, INTERRUPTED: see {tmp_path}/train.log")
 
 
-@pytest.mark.parametrize("arg, what, line", [
-    ("--n_head=3", "pre_lr0.001_s1337", "n_embd=32 is not divisible by n_head=3"),
-    ("--n_head=5", "pre_lr0.001_s1337", "no output"),
-    ("--eval_tasks=nope", "eval tasks", "lm-eval has no task 'nope'"),
+@pytest.mark.parametrize("args, what, line", [
+    (["--n_head=3"], "pre_lr0.001_s1337", "n_embd=32 is not divisible by n_head=3"),
+    (["--n_head=5"], "pre_lr0.001_s1337", "no output"),  # its plan on stdout is not a line of it
+    (["--eval_tasks=nope"], "eval tasks", "lm-eval has no task 'nope'"),
+    (["--eval_tasks=nope", "--n_head=3"], "eval tasks", "lm-eval has no task 'nope'"),
 ])
 def test_a_failed_check_is_its_last_line_of_stderr_and_nothing_runs(
-        fake, tmp_path, arg, what, line):
+        fake, tmp_path, capsys, args, what, line):
     main, calls = fake
     # the check's line as it is
-    mentions(error_of(main, "--modes=pre", arg), what, line, "nothing has run")
-    checks = [c["args"].get("dry_run") for c in calls()]
+    mentions(error_of(main, "--modes=pre,post", *args), what, line, "nothing has run")
+    made = calls()
+    checks = [c["args"].get("dry_run") for c in made]
     assert checks == ["True"] * len(checks) and checks and not (tmp_path / "out").exists()
+    # the runs' checks stop at the first mistake (pre's), or check every run
+    assert ("post" in [c["args"].get("norm_mode") for c in made]) == (args == ["--eval_tasks=nope"])
+    assert "the plan" not in capsys.readouterr().out
+
+
+def test_a_run_checked_in_ablates_process_sees_its_world_and_it_is_put_back(fake, monkeypatch):
+    """The runs' checks run train.main here, each as one of its nproc processes (WORLD_SIZE) would;
+    after them, passed or failed, os.environ is as it was."""
+    main, calls = fake
+    for before in (None, "7"):
+        if before:
+            monkeypatch.setenv("WORLD_SIZE", before)
+        error_of(main, "--modes=pre", "--nproc=3", "--n_head=5")
+        printed, _ = main("--modes=pre", "--nproc=3", "--dry_run")
+        assert printed.startswith("dry run: every check passed") and "the plan" not in printed
+        assert [c["world"] for c in calls()] == ["3", "3"]
+        assert os.environ.get("WORLD_SIZE") == before
+
+
+def test_a_check_that_raises_is_the_last_line_python_would_print_and_nothing_runs(
+        fake, tmp_path, monkeypatch):
+    main, _ = fake
+
+    def raises(argv):
+        raise ValueError("a bug in train.py\nits last line")
+    monkeypatch.setattr(train, "main", raises)
+    mentions(error_of(main, "--modes=pre"), "pre_lr0.001_s1337: its last line (nothing has run)")
+    monkeypatch.setattr(train, "main", lambda argv: 1 / 0)
+    mentions(error_of(main, "--modes=pre"), "ZeroDivisionError: division by zero")
+    assert not (tmp_path / "out").exists() and "WORLD_SIZE" not in os.environ
 
 
 def test_a_run_folder_of_other_settings_stops_all_but_a_moved_folder_or_a_new_setting_does_not(
