@@ -17,10 +17,11 @@ entries differ only in their placement:
   is at the grid's edge and that edge trained, the next point is added for it alone
   (--modes=X --lrs=1.6e-2);
 - reorder with QK-norm over all heads, as OLMo 2 runs it.
-The time, two runs at a time on 2 cores: about 10 to 15 minutes a run (pre 0.34 s a step eager on
-one thread; torch.compile measured no faster on this CPU at this size), so about 12 hours for the
-first 104 (the ladder's 13 entries) and 9 more for §14's 9 rows, which joined the race after it
-started, on its grid and seeds.
+The time, two runs at a time on 2 cores: about 14 minutes a run on the machine it started on (pre
+0.34 s a step eager on one thread; torch.compile measured no faster on that CPU at this size), so
+about 12 hours for the first 104 (the ladder's 13 entries) and 9 more for §14's 9 rows, which
+joined the race after it started, on its grid and seeds. On the machine it moved to, about 65
+minutes a run beside other work (docs/race.md, Status).
 """
 from configs.ablate_depth_char import *  # the ladder's setting: 2,000 steps, evaluations, 2 jobs
 

@@ -478,14 +478,17 @@ def trained(command, log, env):
 
 def record_check(argv):
     """train.main's stand-in for ablate.py's checks, which run it in ablate.py's process: the call
-    recorded as FAKE_PYTHON records one. n_head=3 fails with a line, n_head=5 with none."""
+    recorded as FAKE_PYTHON records one. n_head=3 fails with a line, n_head=5 with none, n_head=6
+    with lines on stderr."""
     args = dict(a[2:].split("=", 1) for a in argv)
     call = dict(script="train.py", launcher=[], args=args,
                 threads=os.environ.get("OMP_NUM_THREADS"), world=os.environ.get("WORLD_SIZE"))
     with open(os.environ["FAKE_CALLS"], "a") as f:
         f.write(json.dumps(call) + "\n")
     print("the plan", flush=True)  # train.py --dry_run's, on stdout
-    if args.get("n_head") in ("3", "5"):
+    if args.get("n_head") == "6":
+        print("a warning\nits last line", file=sys.stderr)
+    if args.get("n_head") in ("3", "5", "6"):
         sys.exit("error: n_embd=32 is not divisible by n_head=3" if args["n_head"] == "3" else 1)
 
 
@@ -684,14 +687,15 @@ def test_a_progress_line_says_what_happened_to_the_run_and_its_result(tmp_path):
 @pytest.mark.parametrize("args, what, line", [
     (["--n_head=3"], "pre_lr0.001_s1337", "n_embd=32 is not divisible by n_head=3"),
     (["--n_head=5"], "pre_lr0.001_s1337", "no output"),  # its plan on stdout is not a line of it
-    (["--eval_tasks=nope"], "eval tasks", "lm-eval has no task 'nope'"),
-    (["--eval_tasks=nope", "--n_head=3"], "eval tasks", "lm-eval has no task 'nope'"),
+    (["--n_head=6"], "pre_lr0.001_s1337", "its last line"),
+    (["--eval_tasks=nope"], "the eval tasks", "lm-eval has no task 'nope'"),
+    (["--eval_tasks=nope", "--n_head=3"], "the eval tasks", "lm-eval has no task 'nope'"),
 ])
 def test_a_failed_check_is_its_last_line_of_stderr_and_nothing_runs(
         fake, tmp_path, capsys, args, what, line):
     main, calls = fake
     # the check's line as it is
-    mentions(error_of(main, "--modes=pre,post", *args), what, line, "nothing has run")
+    assert error_of(main, "--modes=pre,post", *args) == f"error: {what}: {line} (nothing has run)"
     made = calls()
     checks = [c["args"].get("dry_run") for c in made]
     assert checks == ["True"] * len(checks) and checks and not (tmp_path / "out").exists()
@@ -724,6 +728,12 @@ def test_a_check_that_raises_is_the_last_line_python_would_print_and_nothing_run
     mentions(error_of(main, "--modes=pre"), "pre_lr0.001_s1337: its last line (nothing has run)")
     monkeypatch.setattr(train, "main", lambda argv: 1 / 0)
     mentions(error_of(main, "--modes=pre"), "ZeroDivisionError: division by zero")
+
+    def syntax_error(argv):  # python prints the file's line and a caret first
+        raise SyntaxError("invalid syntax", ("train.py", 3, 5, "x = = 1\n"))
+    monkeypatch.setattr(train, "main", syntax_error)
+    assert error_of(main, "--modes=pre").endswith(
+        ": SyntaxError: invalid syntax (nothing has run)")
     assert not (tmp_path / "out").exists() and "WORLD_SIZE" not in os.environ
 
 
