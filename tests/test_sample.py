@@ -655,7 +655,7 @@ def test_ctrl_c_in_any_tool_is_one_line_and_exit_130_with_files_whole(tool, tmp_
             "ablate": [f"--out_dir={out}", "--modes=pre", "--device=cpu",
                        "--max_iters=1"]}.get(tool)
     work = {"sample": (GPT, "generate"), "bench": (torch.nn.utils, "clip_grad_norm_"),
-            "ablate": (subprocess, "run")}.get(tool)
+            "ablate": (subprocess, "Popen")}.get(tool)
     if tool == "eval":
         lm_eval = pytest.importorskip("lm_eval")
         (tmp_path / "t.jsonl").write_text('{"q": "to be", "c": ["a", "b"], "a": 0}\n')
