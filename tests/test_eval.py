@@ -41,21 +41,19 @@ CHOICES = [" you?", " thee.", " king.", " lord!"]
 
 
 @pytest.fixture(scope="module", autouse=True)
-def lm_evals_own_tasks_indexed_once():
-    """Indexing lm-eval's own ~15,000 tasks takes 8 s; eval.py does it at most once a process, and
-    so do these tests in theirs: one index for each include_path, shared."""
-    indexed = {}
+def own_tasks_asked():
+    """Indexing lm-eval's own ~15,000 tasks takes 20 to 30 s on 2 cores, and no test here can use
+    one of them (their data is on the hub): a TaskManager asked for them indexes the include_path's
+    alone. The list it returns records each include_defaults eval.py passed, in order."""
+    asked = []
 
     def task_manager(include_path=None, include_defaults=True):
-        if not include_defaults:  # the include_path's tasks alone: quick
-            return TaskManager(include_path=include_path, include_defaults=False)
-        if include_path not in indexed:
-            indexed[include_path] = TaskManager(include_path=include_path)
-        return indexed[include_path]
+        asked.append(include_defaults)
+        return TaskManager(include_path=include_path, include_defaults=False)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(evaluation, "TaskManager", task_manager)
-        yield
+        yield asked
 
 
 @pytest.fixture(scope="module")
@@ -573,15 +571,29 @@ def test_a_task_that_cannot_load_is_one_line_before_any_model_or_run(kind, tools
     (["--tasks=,"], ("no tasks", "--tasks=hellaswag,piqa")),
     (["--batch_size=0"], ("batch_size", "at least 1", "--batch_size=0")),  # eval.py's ranges
     (["--include_path={tmp}/none"], ("include_path={tmp}/none", "not a folder", "task YAMLs")),
-    (["--tasks=tiny_mcq", "--include_path={tasks}"], ("'tiny_mcq'", "'tiny_mc'")),
-    (["--tasks=zzqx", "--include_path={tasks}"],
-     ("'zzqx'", "lm-eval ls tasks", "--include_path=DIR")),
 ])
 def test_settings_no_evaluation_can_use_are_one_line_before_any_model(args, words, tasks_dir,
                                                                       tmp_path):
     fill = lambda text: text.format(tmp=tmp_path, tasks=tasks_dir)
     got = error_of(evaluation.main, [f"--out_dir={tmp_path}", "--device=cpu", *map(fill, args)])
     mentions(got, *map(fill, words))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name, words", [
+    ("tiny_mcq", ("'tiny_mcq'", "did you mean 'tiny_mc'")),
+    ("zzqx", ("'zzqx'", "lm-eval ls tasks", "--include_path=DIR")),
+])
+def test_a_task_in_neither_the_include_path_nor_lm_evals_own_is_one_line(name, words, tasks_dir,
+                                                                          own_tasks_asked,
+                                                                          tmp_path):
+    """The include_path's tasks are indexed first; a name they lack sends eval.py to lm-eval's own
+    as well (include_defaults), and one found in neither is one line with a did-you-mean."""
+    own_tasks_asked.clear()
+    got = error_of(evaluation.main, [f"--out_dir={tmp_path}", "--device=cpu", f"--tasks={name}",
+                                     f"--include_path={tasks_dir}"])
+    mentions(got, *words)
+    assert own_tasks_asked == [False, True]
     assert list(tmp_path.iterdir()) == []
 
 
