@@ -303,6 +303,14 @@ def test_a_bad_value_in_the_sweep_seeds_or_lrs_is_one_line_that_says_where(args,
     mentions(error_of(ablate.configure, args), *words)
 
 
+@pytest.mark.parametrize("rate", ["0", "-0.002"])
+def test_a_base_learning_rate_not_above_0_is_one_line_as_each_runs_min_lr_follows_it(rate):
+    """Each run's min_lr is its rate times min_lr / learning_rate. At 0 that ratio was a division by
+    zero's traceback; below 0, a negative min_lr blamed on a setting nobody gave."""
+    got = error_of(ablate.configure, [f"--learning_rate={rate}", "--lrs=1e-3,2e-3"])
+    mentions(got, f"learning_rate={rate}", "min_lr", "above 0", "--lrs")
+
+
 def test_the_llama_char_ablation_is_the_gpt2_one_on_the_llama_block():
     gpt2, llama = (ablate.configure([os.path.join(ROOT, "configs", name)])
                    for name in ("ablate_shakespeare_char.py", "ablate_llama_char.py"))
