@@ -151,10 +151,9 @@ def configure(argv):
              for k, vs in own["ablate_sweep"].items()}
     base = {k: v for k, v in own.items() if not k.startswith("ablate_")}
     # each run's min_lr is its rate times min_lr / learning_rate: a ratio only above 0
-    if base["learning_rate"] <= 0:
-        sys.exit(f"error: learning_rate={base['learning_rate']:g} leaves each run's min_lr no "
-                 f"ratio to follow (min_lr / learning_rate): set it above 0; --lrs sets the runs' "
-                 f"rates")
+    if (rate := base["learning_rate"]) <= 0:
+        sys.exit(f"error: learning_rate={rate:g} leaves each run's min_lr no ratio to follow "
+                 f"(min_lr / learning_rate): set it above 0; --lrs sets the runs' rates")
     seeds = unique(configurator.checked("seed", s, settings, "seeds")
                    for s in listed(own["ablate_seeds"]) or [base["seed"]])
     lrs = None if own["ablate_lrs"] is None else unique(
