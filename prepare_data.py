@@ -310,11 +310,14 @@ class _ShardWriter:
     """Routes documents to val and train and writes each shard as it fills: memory is one shard at
     most. After each shard, progress.json records the shards so far and the state at the start of
     the document in progress (its mark); a build resumed from it re-reads that document and drops
-    what is written."""
+    what is written. clear() empties out of what other builds left, once, before the first file
+    this one writes: until then a complete build in out stays whole."""
 
-    def __init__(self, out, meta, shard_tokens, val_tokens, cap, progress=None):
+    def __init__(self, out, meta, shard_tokens, val_tokens, cap, clear, progress=None):
         self.out, self.meta, self.val_tokens, self.cap, self.eot = (
             out, meta, val_tokens, cap, meta["eot_token"])
+        # what was in out goes just before the first file this build writes
+        self.clear = clear
         self.buffer, self.n, self.split = np.empty(shard_tokens, np.uint16), 0, "val"
         progress = progress or dict(shards={"val": [], "train": []},
                                     mark=dict(doc=0, tokens={"val": 0, "train": 0}, streams=[]))
@@ -366,6 +369,9 @@ class _ShardWriter:
 
     def flush(self):
         if self.n:
+            if self.clear:  # this build's first file
+                self.clear()
+                self.clear = None
             name = f"{self.split}_{len(self.shards[self.split]):06d}.bin"
             sha = write_shard(self.out / name, self.buffer[:self.n])
             self.shards[self.split].append({"file": name, "tokens": self.n, "sha256": sha})
@@ -376,7 +382,7 @@ class _ShardWriter:
 
 def _write_shards(docs, writer, workers):
     """Tokenize docs in parallel into val then train shards, after the documents the writer already
-    holds."""
+    holds; the last shard stays in the writer's buffer, for the caller to flush."""
     # read, not tokenized, up to where the shards end
     stream = itertools.islice(docs(), writer.docs, None)
     with (tqdm(unit="doc", disable=None, file=sys.stderr,
@@ -389,7 +395,6 @@ def _write_shards(docs, writer, workers):
             bar.set_postfix_str(f"{sum(writer.tokens.values()):,} tokens", refresh=False)
             if writer.full():
                 break
-    writer.flush()
 
 
 # ----------------------------------------------------------------------------- the build
@@ -475,22 +480,28 @@ def _prepared(out, args):
 
 def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
     """Write the shards, then meta.json. A build that fails or is killed keeps its finished shards
-    and progress.json; run again with the same arguments, it resumes after the last of them."""
+    and progress.json; run again with the same arguments, it resumes after the last of them. What
+    other builds left in out goes just before the first shard is written: a rebuild (--force) whose
+    arguments turn out wrong while it tokenizes leaves a complete build as it was, unless its
+    held-out tokens filled a shard before the text ran out."""
     progress = _record(out, PROGRESS)
     if progress and (progress.get("meta"), progress.get("val_tokens")) != (meta, val_tokens):
         # another text or other arguments (or a meta.json being cleared): start afresh
         progress = None
     keep = ({PROGRESS, *(s["file"] for s in itertools.chain(*progress["shards"].values()))}
             if progress else set())
-    _clear(out, keep)
     if progress:
         print(f"resuming the build of {out} after its {len(keep) - 1} finished shards",
               file=sys.stderr)
     _replaced.clear()
-    writer, t0 = _ShardWriter(out, meta, shard_tokens, val_tokens, cap, progress), time.time()
-    resumed = sum(writer.tokens.values())
+    writer = _ShardWriter(out, meta, shard_tokens, val_tokens, cap, lambda: _clear(out, keep),
+                          progress)
+    t0, resumed = time.time(), sum(writer.tokens.values())
     try:
         _write_shards(docs, writer, workers)
+        # the last shard, unless the arguments left no training tokens (below)
+        if writer.tokens["train"]:
+            writer.flush()
     # Ctrl-C, a stream that broke, a full disk: one line
     except (KeyboardInterrupt, SystemExit, OSError) as e:
         kept = f"kept the finished shards in {out}: the same command resumes after them"
@@ -498,15 +509,16 @@ def _build(out, docs, meta, val_tokens, cap, shard_tokens, workers):
             raise KeyboardInterrupt(kept)  # data.run_cli prints it
         raise SystemExit(f"{e.code if isinstance(e, SystemExit) else 'error: ' + first_line(e)}; "
                          f"{kept}")
-    # a mistake in the arguments, not a failure to resume from: nothing is kept
+    # a mistake in the arguments, not a failure to resume from: nothing of this build is kept
     if not writer.tokens["train"]:
-        _clear(out)
+        if writer.clear is None:  # it wrote shards of val
+            _clear(out)
         if not writer.tokens["val"]:  # GPT-2's empty text (char-level's is found before the build)
             raise SystemExit(f"error: no text in {meta['source']}")
-        # shakespeare*
-        fix = "lower --val_tokens or use more text" if None in writer.streams else "use more text"
+        # GPT-2's tokens, bounded but not counted before the build; shakespeare*'s split and
+        # character-level tokens are checked before it
         raise SystemExit(f"error: no training tokens: all {writer.tokens['val']:,} tokens of the "
-                         f"text are held out; {fix}")
+                         f"text are held out; lower --val_tokens or use more text")
     write_json(out / "meta.json", {**meta, "tokens": writer.tokens, "shards": writer.shards})
     (out / PROGRESS).unlink(missing_ok=True)
     if bad := _replaced["bytes"]:
@@ -543,11 +555,11 @@ def _shards_meta(out, inputs, args):
                 tokens=tokens, shards=shards)
 
 
-def _tokenizer_meta(dataset, docs, source, size, args):
+def _tokenizer_meta(dataset, docs, source, size, args, val_tokens):
     """meta.json's description of the tokenizer; char-level, a first pass over the text finds its
-    characters. Then a --val_tokens that holds out all the text is an argument error. A character is
-    a token; a GPT-2 token holds a byte or more (an invalid one becomes U+FFFD's 3), so 4x the bytes
-    bounds the tokens (with EOTs)."""
+    characters. Then val_tokens (held out) that hold all the text are an argument error. A character
+    is a token; a GPT-2 token holds a byte or more (an invalid one becomes U+FFFD's 3), so 4x the
+    bytes bounds the tokens (with EOTs)."""
     if args["tokenizer"] == "gpt2":
         _gpt2()  # fails here, before any output, when it cannot load
         meta, most = dict(dataset=dataset, **GPT2_META, source=source, args=args), size and 4 * size
@@ -557,9 +569,18 @@ def _tokenizer_meta(dataset, docs, source, size, args):
             raise SystemExit(f"error: no text in {source}")
         meta = dict(dataset=dataset, tokenizer="char", vocab_size=len(chars), eot_token=None,
                     chars=chars, source=source, args=args)
-    if args["val_tokens"] and most and args["val_tokens"] >= most:
-        raise SystemExit(f"error: no training tokens: --val_tokens {args['val_tokens']:,} "
+    if dataset.startswith("shakespeare"):
+        # nanoGPT's split: train is the first 90% of the characters, none of a text of one
+        if not any(text for split, text, _ in docs() if split == "train"):
+            raise SystemExit(f"error: no training tokens: {source} is too short for nanoGPT's "
+                             f"90/10 split to leave train a character; use more text")
+    elif args["val_tokens"] and most and val_tokens >= most:
+        raise SystemExit(f"error: no training tokens: --val_tokens {val_tokens:,} "
                          f"holds out all of the text (at most {most:,} tokens); lower --val_tokens")
+    # the default, 5% but at least 1, of a text of one character (GPT-2's are not counted yet)
+    elif args["tokenizer"] == "char" and val_tokens >= most:
+        raise SystemExit(f"error: no training tokens: val holds out {val_tokens:,} of the "
+                         f"text's {most:,} tokens; use more text")
     return meta
 
 
@@ -586,7 +607,9 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
     if val_tokens and num_tokens and val_tokens >= num_tokens:
         raise SystemExit(f"error: no training tokens: --val_tokens {val_tokens:,} holds out all "
                          f"of --num_tokens {num_tokens:,}; lower --val_tokens")
-    tokenizer, workers = tokenizer or DATASETS[dataset][0], workers or os.cpu_count()
+    # an empty --tokenizer= is an unknown one, not the default
+    tokenizer = DATASETS[dataset][0] if tokenizer is None else tokenizer
+    workers = workers or os.cpu_count()
     if tokenizer not in ("gpt2", "char"):
         raise SystemExit(f"error: unknown tokenizer {tokenizer!r}; choose gpt2 or char")
     if out == "":  # a shell variable left empty, not a choice of data/DATASET
@@ -616,7 +639,10 @@ def prepare(dataset, out=None, *, inputs=(), tokenizer=None, num_tokens=None, va
         elif tokenizer == "char" and num_tokens:
             docs = _first_chars(docs, num_tokens)
         val_tokens = val_tokens or _default_val_tokens(num_tokens, size, tokenizer)
-        meta = _tokenizer_meta(dataset, docs, source, size, args)
+        if num_tokens and val_tokens >= num_tokens:  # a --val_tokens too large is found above
+            raise SystemExit(f"error: no training tokens: val holds out {val_tokens:,} of "
+                             f"--num_tokens {num_tokens:,}; raise --num_tokens")
+        meta = _tokenizer_meta(dataset, docs, source, size, args, val_tokens)
         build = lambda: _build(out, docs, meta, val_tokens, num_tokens, shard_tokens, workers)
     with locked_folder(out, "--out"):  # processes building out take turns
         # another process may have built it while this one waited
@@ -640,6 +666,7 @@ def count(text):
 def main(argv):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # --num=5 is a mistake, not --num_tokens
         epilog="datasets:\n" + "\n".join(f"  {name:<17} {line}"
                                          for name, (_, line) in DATASETS.items()))
     add = parser.add_argument
