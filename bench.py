@@ -38,6 +38,7 @@ import ctypes
 import dataclasses
 import gc
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -49,8 +50,8 @@ import numpy as np
 import torch
 
 import configurator
-from data import (dataset_folder, get_batch, load_meta, padded_vocab, print_help, run_cli,
-                  write_shard)
+from data import (GPT2_META, check_out_dir, dataset_folder, get_batch, load_meta, padded_vocab,
+                  print_help, run_cli, write_shard)
 import devices
 import measure
 from model import GPT, GPTConfig
@@ -68,7 +69,7 @@ bench_steps = 10  # timed steps per mode
 bench_vocab_size: int | None = None  # random tokens' vocabulary; None: the dataset's (meta.json)
 bench_sample_tokens = 240  # new tokens per sampling measurement
 bench_json = False  # print the results as one JSON object
-# torch's CPU threads; None: its default, a thread per core (1: steadier ratios)
+# torch's CPU threads, at most one a core; None: its default, a thread per core (1: steadier ratios)
 bench_threads: int | None = None
 # train.py's settings, with the defaults bench.py measures
 device = "cpu"  # cpu or cuda
@@ -84,9 +85,11 @@ PROMPT = 8  # tokens of the sampling prompt: block_size must leave room after it
 MEASURED = ({f.name for f in dataclasses.fields(GPTConfig)} - {"vocab_size", "norm_mode"}
             | {"seed", "data_dir", "dataset", "batch_size", "learning_rate", "weight_decay",
                "beta1", "beta2", "device", "dtype", "peak_flops"})
-RANGES = dict(bench_steps=1, bench_sample_tokens=1, bench_threads=1, batch_size=1, learning_rate=0,
-              weight_decay=0, beta1="[0, 1)", beta2="[0, 1)", seed="[0, 1e19)", peak_flops=0,
-              dtype=devices.DTYPES)  # checked by configurator; the model's settings by GPTConfig
+# checked by configurator; the model's settings by GPTConfig
+RANGES = dict(bench_steps=1, bench_sample_tokens=1, bench_threads=f"[1, {os.cpu_count()}]",
+              batch_size=1,
+              learning_rate=configurator.LEARNING_RATES, weight_decay=0, beta1="[0, 1)",
+              beta2="[0, 1)", seed="[0, 1e19)", peak_flops=0, dtype=devices.DTYPES)
 
 
 def help_text():
@@ -140,15 +143,18 @@ def parse(argv):
     if args.compile not in ("both", "on", "off"):
         sys.exit(f"error: compile must be one of both, on, off, got {args.compile!r}")
     cfg["device"] = devices.pick_device(cfg["device"])
-    # the head of a 50,257-token BPE vocabulary dominates a 125M model's memory
-    if args.vocab_size is None:
-        args.vocab_size = dataset_vocab(cfg["data_dir"], cfg["dataset"])
     cfg = types.SimpleNamespace(**cfg)
-    # every entry's model settings, checked by GPTConfig.validate before any is built
+    # every entry's model settings, checked by GPTConfig.validate before any is built, and before
+    # the dataset is read or pystdlib made (on GPT-2's vocabulary until the dataset's is known, as
+    # train.py checks)
+    vocab = GPT2_META if args.vocab_size is None else dict(vocab_size=args.vocab_size,
+                                                           tokenizer="char")
     for mode in modes:
         configurator.model_config(
-            types.SimpleNamespace(**vars(cfg) | configurator.entry_settings(mode)),
-            dict(vocab_size=args.vocab_size, tokenizer="char"))
+            types.SimpleNamespace(**vars(cfg) | configurator.entry_settings(mode)), vocab)
+    # the head of a 50,257-token BPE vocabulary dominates a 125M model's memory
+    if args.vocab_size is None:
+        args.vocab_size = dataset_vocab(cfg.data_dir, cfg.dataset)
     return args, modes, cfg
 
 
@@ -158,6 +164,7 @@ def dataset_vocab(data_dir, dataset):
     as train.py makes it (offline, seconds)."""
     folder = dataset_folder(data_dir, dataset)
     if dataset == "pystdlib" and not (folder / "meta.json").exists():
+        check_out_dir(folder, "data_dir")
         prepare_data.prepare("pystdlib", folder)
     try:
         return padded_vocab(load_meta(folder))

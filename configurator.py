@@ -27,6 +27,9 @@ from model import NORM_MODES, GPTConfig
 # a script's settings are the assignments between the two lines that equal RULER
 RULER = "# " + "-" * 98
 LOCAL_GPT2 = "a folder holding a transformers GPT-2 (save_pretrained)"  # init_from may also be one
+# a learning rate's range (train.py's, bench.py's): AdamW's step, the rate / (1 - beta1), is then a
+# float32 for every beta1 below 1
+LEARNING_RATES = "[0, 1e20]"
 
 
 # ----------------------------------------------------------------------------------------- settings

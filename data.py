@@ -72,7 +72,7 @@ def run_cli(main):
     says, so a script that knows what it kept raises KeyboardInterrupt("kept ...: the same command
     resumes"). A reader of its output that stops reading (`python sample.py | head`) ends it too:
     one line, exit status 141 (128 + SIGPIPE, as a shell reports a tool that the closed pipe
-    ended)."""
+    ended). Memory that cannot be had (sizes past the machine's) is one line and exit status 1."""
     # the script's top made Ctrl-C SIGINT's own action while its imports loaded: a KeyboardInterrupt
     # from here on (an ignored SIGINT stays ignored)
     if signal.getsignal(signal.SIGINT) is signal.SIG_DFL:
@@ -89,6 +89,13 @@ def run_cli(main):
         print("stopped: the reader of its output closed it; files are written whole or not at all",
               file=sys.stderr)
         sys.exit(141)
+    # numpy's MemoryError, the RuntimeError of torch's CPU allocator, a GPU's OutOfMemoryError
+    except (MemoryError, RuntimeError) as e:
+        if not (isinstance(e, MemoryError) or "can't allocate memory" in str(e)
+                or type(e).__name__ == "OutOfMemoryError"):
+            raise
+        sys.exit(f"error: out of memory ({first_line(e)}): lower the sizes that set it "
+                 "(batch_size, block_size, n_layer, n_embd, vocab_size)")
     # done: a Ctrl-C while Python shuts down ends it by SIGINT's own action, not a traceback
     finally:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -276,6 +283,12 @@ def load_meta(data_dir):
     except FileNotFoundError:
         raise SystemExit(f"error: {data_dir} is not prepared (no meta.json): run  "
                          f"{_prepare_command(data_dir)}")
+    except NotADirectoryError:  # a file on the way, not a folder holding a corrupt meta.json
+        folder = pathlib.Path(data_dir)
+        file = next(p for p in (folder, *folder.parents) if p.exists())
+        where = "is" if file == folder else f"is under {file}, which is"
+        raise SystemExit(f"error: {folder} {where} a file, not a folder: check data_dir and "
+                         "dataset")
     except (ValueError, OSError) as e:  # not JSON, a folder, unreadable
         raise SystemExit(corrupt.format(first_line(e)))
     if why := meta_shape_error(meta):

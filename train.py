@@ -147,8 +147,9 @@ dry_run = False  # check the settings, data and checkpoint, print the plan and e
 # checks the model's); a seed is at most 2**64 - 1
 RANGES = dict(batch_size=1, gradient_accumulation_steps=1, eval_interval=1, eval_iters=1,
               log_interval=1, max_iters=0, warmup_iters=0, lr_decay_iters=0, total_batch_size=0,
-              learning_rate=0, min_lr=0, weight_decay=0, grad_clip=0, gpas_gate_clip=0,
-              peak_flops=0,
+              learning_rate=configurator.LEARNING_RATES, min_lr=configurator.LEARNING_RATES,
+              weight_decay=0, grad_clip=0,
+              gpas_gate_clip=0, peak_flops=0,
               seed="[0, 1e19)", beta1="[0, 1)", beta2="[0, 1)", wsd_decay_frac="[0, 1]",
               init_from=("scratch", "resume", *GPT2_NAMES), lr_schedule=("cosine", "wsd"),
               backend=("auto", "nccl", "gloo"), dtype=devices.DTYPES, parallel=("ddp", "fsdp"))
@@ -164,7 +165,10 @@ def configure(argv):
     check_out_dir(cfg["out_dir"], "out_dir")
     checkpoint.check_run_files(cfg["out_dir"])
     # a link loop, not a missing meta.json
-    nearest_entry(dataset_folder(cfg["data_dir"], cfg["dataset"]), "data_dir")
+    folder = dataset_folder(cfg["data_dir"], cfg["dataset"])
+    nearest_entry(folder, "data_dir")
+    if cfg["dataset"] == "pystdlib" and not (folder / "meta.json").exists():
+        check_out_dir(folder, "data_dir")  # where it is made, once every check has passed
     ckpt = None
     if cfg["init_from"] == "resume":
         ckpt = checkpoint.load_checkpoint(cfg["out_dir"], check=os.environ.get("RANK", "0") == "0")

@@ -2,6 +2,7 @@
 memory per mode; the train.py settings it and ablate.py pass on, listed by --help and checked."""
 import gc
 import json
+import os
 import subprocess
 import sys
 
@@ -178,7 +179,8 @@ def test_threads_sets_torchs_cpu_threads_for_every_step_and_the_report_says_how_
     bench.main([*TINY, "--modes=pre", "--steps=1", "--compile=off"])
     first = capsys.readouterr().out.splitlines()[0]
     assert first.endswith(f"1 steps per mode, {before} CPU threads") and set(seen) == {before}
-    mentions(error_of(bench.parse, ["--threads=0"]), "threads", "at least 1", "--threads=0")
+    mentions(error_of(bench.parse, ["--threads=0"]), "threads", f"in [1, {os.cpu_count()}]",
+             "--threads=0")
 
 
 @pytest.mark.skipif(not torch.set_flush_denormal(False),
@@ -322,6 +324,16 @@ def test_a_dataset_not_prepared_is_one_line_naming_it_and_the_fix_and_pystdlib_i
              "prepare_data.py")
     assert list(tmp_path.iterdir()) == []
     assert bench.parse([*given, "--vocab_size=7"])[0].vocab_size == 7
+    # a model setting that fails: before pystdlib is made (on GPT-2's vocabulary, as train.py)
+    mentions(error_of(bench.parse, [f"--data_dir={tmp_path}", "--n_embd=32", "--n_head=3"]),
+             "n_embd=32", "n_head=3")
+    assert list(tmp_path.iterdir()) == []
+    # a file where data_dir is: its own line, not a meta.json to prepare again, nor a --out
+    (tmp_path / "file").touch()
+    for dataset in ("shakespeare_char", "pystdlib"):
+        mentions(error_of(bench.parse, [f"--data_dir={tmp_path / 'file'}", f"--dataset={dataset}"]),
+                 f"{tmp_path / 'file' / dataset}", "under", "a file, not a folder", "data_dir")
+    (tmp_path / "file").unlink()
     vocab = bench.parse([f"--data_dir={tmp_path}"])[0].vocab_size
     assert vocab == load_meta(tmp_path / "pystdlib")["vocab_size"] > 65
 
@@ -333,6 +345,17 @@ def test_the_device_is_resolved_and_the_window_must_leave_room_after_the_prompt(
     assert device == devices.pick_device("auto") != "auto"
     assert bench.parse(["--block_size=9", "--vocab_size=65"])[2].block_size == 9
     mentions(error_of(bench.parse, ["--block_size=8"]), "block_size=8", "prompt", "at least 9")
+
+
+def test_threads_and_the_learning_rate_are_bounded_where_torch_would_crash():
+    """More threads than cores is refused (100,000 was a segmentation fault); a learning rate past
+    1e20 (train.py's bound: AdamW's step overflows a float32) too."""
+    cores = os.cpu_count()
+    assert bench.parse(["--vocab_size=65", f"--threads={cores}"])[0].threads == cores
+    mentions(error_of(bench.parse, ["--vocab_size=65", f"--threads={cores + 1}"]), "threads",
+             f"in [1, {cores}]", f"{cores + 1}")
+    mentions(error_of(bench.parse, ["--vocab_size=65", "--learning_rate=1e300"]), "learning_rate",
+             "in [0, 1e20]", "1e+300")
 
 
 def test_each_modes_peak_memory_is_measured_with_only_its_own_model_alive(monkeypatch):

@@ -13,8 +13,8 @@ import torch
 
 from conftest import ROOT, error_of, mentions, needs_gpt2
 from data import (GPT2_META, char_table, check_out_dir, first_line, get_batch, get_tokenizer,
-                  load_meta, locked_folder, padded_vocab, read_shard, start_token, write_json,
-                  write_shard)
+                  load_meta, locked_folder, padded_vocab, read_shard, run_cli, start_token,
+                  write_json, write_shard)
 
 
 # ----------------------------------------------------------------------------- shard format
@@ -163,6 +163,11 @@ def test_load_meta_of_an_unprepared_or_corrupt_folder_gives_the_command_that_bui
     (tmp_path / folder / "meta.json").mkdir()
     assert f"{folder}/meta.json is corrupt" in error_of(load_meta, folder)
     (tmp_path / folder / "meta.json").rmdir()
+    # a file where the folder is, or one above it: not a corrupt meta.json to prepare again
+    (tmp_path / "file").touch()
+    mentions(error_of(load_meta, "file/data/x"), "file/data/x is under file, which is a file",
+             "not a folder", "check data_dir and dataset")
+    mentions(error_of(load_meta, "file"), "file is a file", "check data_dir and dataset")
     (tmp_path / folder / "meta.json").write_text(json.dumps(good))
     assert load_meta(folder) == good
 
@@ -283,6 +288,34 @@ def test_run_cli_passes_argv_and_turns_ctrl_c_and_a_closed_pipe_into_one_line_an
     piped.stdout.close()
     assert (piped.wait(timeout=60), piped.stderr.read()) == (
         141, "stopped: the reader of its output closed it; files are written whole or not at all\n")
+
+
+class OutOfMemoryError(RuntimeError):
+    """torch.OutOfMemoryError's name, without torch: run_cli knows it by name."""
+
+
+@pytest.mark.parametrize("error", [
+    MemoryError("Unable to allocate 745. GiB for an array with shape (100000000000,)"),  # numpy
+    RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+                 "allocate memory: you tried to allocate 520000000000 bytes."),  # torch on a CPU
+    OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")])
+def test_run_cli_makes_memory_that_cannot_be_had_one_line_and_lets_other_errors_through(
+        monkeypatch, error):
+    """Sizes past the machine's (a batch of 1e11, a width of 2e9) fail where memory is allocated:
+    one line with the allocator's words and the settings to lower, exit 1. Any other RuntimeError
+    is a bug, and keeps its traceback."""
+    def fail(argv):
+        raise error
+    monkeypatch.setattr(sys, "argv", ["script.py"])
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # pytest's Ctrl-C stays its own
+    message = error_of(run_cli, fail)
+    mentions(message, "error: out of memory", str(error).split(".")[0], "lower", "batch_size",
+             "n_embd")
+    assert "\n" not in message
+    def bug(argv):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        run_cli(bug)
 
 
 # numpy's place on the path: says that the imports reached it, then waits there
