@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from data import first_line, write_json
+from data import first_line, tokenizer_error, write_json
 from logbook import read_events
 from model import GPT, GPTConfig
 
@@ -258,8 +258,20 @@ def load_model(out_dir, device):
         load_weights(model, ckpt)
         meta = ckpt["meta"]
         vocab_size = meta["vocab_size"]
+        # what a reader would otherwise score or sample silently, with the checks below: an edited
+        # file (one with checksums fails their check first), never what train.py saves
+        why = tokenizer_error(meta)
     except (Exception, dcp().CheckpointException) as e:  # DCP's exception is a BaseException
         raise SystemExit(why_not(e, path, "train it again"))
+    if not why and vocab_size > model.config.vocab_size:
+        why = f"a vocabulary of {vocab_size} for a model of {model.config.vocab_size} tokens"
+    # train.py keeps no diverged state
+    if not why and (bad := next((name for name, t in model.state_dict().items()
+                                 if t.is_floating_point() and not t.isfinite().all()), None)):
+        why = f"{bad} holds NaN or inf"
+    if why:
+        raise SystemExit(f"error: {path} is not a checkpoint train.py saved ({why}): train it "
+                         "again, or copy it again")
     # e.g. GPT-2's 50257 padded to 50304: the padding ids have no text, never sample them
     if vocab_size < model.config.vocab_size:
         model.lm_head.weight = nn.Parameter(model.lm_head.weight[:vocab_size])

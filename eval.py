@@ -234,6 +234,10 @@ def check_settings(s):
     if s["init_from"] == "scratch":
         raise SystemExit("error: eval.py scores a trained model: "
                          "init_from=resume (out_dir's checkpoint) or a GPT-2")
+    # a run's folder given as a GPT-2's would be told to save_pretrained a GPT-2 into it
+    if s["init_from"] != "resume" and checkpoint.find_checkpoint(s["init_from"]):
+        raise SystemExit(f"error: init_from={s['init_from']} is a run train.py wrote: score it "
+                         f"with --out_dir={s['init_from']} (init_from=resume, the default)")
     if not [t for t in s["tasks"].split(",") if t]:
         raise SystemExit("error: no tasks: give --tasks=hellaswag,piqa,... (lm-eval's names)")
     data.check_out_dir(s["out_dir"], "out_dir")  # eval.json goes there, after the scoring's minutes
@@ -341,10 +345,18 @@ def main(argv):
         dtype = devices.pick_dtype(s["dtype"], device)
         lm = GPTAdapter(model, meta, device, dtype, s["batch_size"], rank, world)
         t0 = time.time()
-        results = lm_eval.simple_evaluate(model=lm, tasks=tasks, num_fewshot=s["num_fewshot"],
-                                          limit=s["limit"], task_manager=manager,
-                                          bootstrap_iters=1000, log_samples=False,
-                                          fewshot_random_seed=s["seed"])
+        try:
+            results = lm_eval.simple_evaluate(model=lm, tasks=tasks, num_fewshot=s["num_fewshot"],
+                                              limit=s["limit"], task_manager=manager,
+                                              bootstrap_iters=1000, log_samples=False,
+                                              fewshot_random_seed=s["seed"])
+        # random.sample's, from lm-eval's few-shot sampler: more examples asked than a task has
+        except ValueError as e:
+            if "larger than population" not in str(e):
+                raise
+            raise SystemExit(f"error: num_fewshot={s['num_fewshot']} asks for more solved "
+                             f"examples than a task has to draw from ({data.first_line(e)}): "
+                             "lower num_fewshot")
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -476,9 +476,10 @@ def test_load_model_gives_the_saved_model_in_eval_mode_less_its_vocabulary_paddi
 
 def test_load_model_keeps_a_tied_head_tied_when_there_is_no_padding(tmp_path):
     model, optimizer = tiny_run()
+    chars = [chr(97 + i) for i in range(47)] + ["\n"]  # as many as the model's vocabulary
     checkpoint.save_checkpoint(tmp_path, model, optimizer,
-                               fields(10) | dict(meta=META | dict(vocab_size=48)), sharded=False,
-                               master=True)
+                               fields(10) | dict(meta=META | dict(vocab_size=48, chars=chars)),
+                               sharded=False, master=True)
     loaded, _ = checkpoint.load_model(str(tmp_path), "cpu")
     assert loaded.lm_head.weight is loaded.transformer.wte.weight
 
@@ -513,6 +514,28 @@ def test_readers_check_the_checkpoint_and_name_one_they_cannot_read_or_fit(tmp_p
     message = error_of(checkpoint.load_model, str(tmp_path), "cpu")
     assert message.startswith(f"error: {path} does not fit this model.py (TypeError")
     assert "n_mixers" in message and message.endswith("train it again")
+
+
+@pytest.mark.parametrize("edit, why", [
+    (dict(meta=META | dict(tokenizer="foo")), "tokenizer 'foo'"),
+    (dict(meta={k: v for k, v in META.items() if k != "chars"}), "0 characters in its table"),
+    (dict(meta=META | dict(vocab_size=64, chars=[chr(97 + i) for i in range(64)])),
+     "a vocabulary of 64 for a model of 48 tokens"),
+    ("NaN", "transformer.h.1.attn.c_proj.weight holds NaN or inf")])
+def test_a_checkpoint_a_reader_would_use_silently_wrong_is_one_line(tmp_path, edit, why):
+    """What train.py never saves, from a file edited by hand (or an older normgpt's, which has no
+    checksums to catch the edit): a tokenizer that is not one, a character table that is not the
+    vocabulary, a vocabulary past the model's ids, weights that are not finite. sample.py and
+    eval.py would decode, sample or score it without a word."""
+    model, optimizer = tiny_run()
+    if edit == "NaN":
+        with torch.no_grad():
+            model.transformer.h[1].attn.c_proj.weight[0, 0] = float("nan")
+        edit = {}
+    checkpoint.save_checkpoint(tmp_path, model, optimizer, fields(10) | edit, sharded=False,
+                               master=True)
+    mentions(error_of(checkpoint.load_model, str(tmp_path), "cpu"), str(tmp_path / "ckpt.pt"),
+             "not a checkpoint train.py saved", why, "train it again")
 
 
 @pytest.mark.parametrize("parallel, saved", [("ddp", "ckpt.pt"), ("fsdp", "ckpt")])

@@ -472,6 +472,21 @@ def test_limit_scores_only_the_first_examples(out_dir, tasks_dir, model_meta, ll
     assert metrics_of(report) == pytest.approx({k: v for k, v in want.items() if k[0] == "tiny_mc"})
 
 
+def test_more_few_shot_examples_than_a_task_has_and_a_run_as_init_from_are_one_line(out_dir,
+                                                                                    tasks_dir):
+    """lm-eval draws the solved examples with random.sample, whose error was a traceback; a run's
+    folder given as init_from was told to save a GPT-2 into it."""
+    before = file_hashes(out_dir)
+    mentions(error_of(evaluation.main, [f"--out_dir={out_dir}", "--tasks=tiny_mc",
+                                        f"--include_path={tasks_dir}", "--num_fewshot=1000",
+                                        "--device=cpu"]),
+             "num_fewshot=1000", "more solved examples than a task has", "lower num_fewshot")
+    assert file_hashes(out_dir) == before
+    # a run's folder where a GPT-2's goes: not a GPT-2 to save_pretrained into it
+    mentions(error_of(evaluation.main, [f"--init_from={out_dir}", "--tasks=tiny_mc"]),
+             f"init_from={out_dir} is a run train.py wrote", f"--out_dir={out_dir}")
+
+
 COUNTING_EVAL = """import os, sys
 sys.path.insert(0, os.getcwd())
 import data, eval as evaluation
