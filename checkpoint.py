@@ -122,12 +122,13 @@ def verify(path):
     return True
 
 
-def read_checkpoint(path, check=True):
+def read_checkpoint(path, check=True, notices=None):
     """find_checkpoint's path as a dict, after verify (check=False: another process checks it):
     ckpt.pt's, its tensors mapped, not read (the processes of a node share one copy in the page
     cache), or a sharded checkpoint's run.json with its folder under 'sharded'. One without
-    checksums (an older normgpt's) loads with a one-line notice, once it has loaded: one that does
-    not, or that is not train.py's (no model_args), is its caller's one line, its error."""
+    checksums (an older normgpt's) loads with a one-line notice, once it has loaded (or into the
+    list notices, for a caller that checks more first): one that does not, or that is not
+    train.py's (no model_args), is its caller's one line, its error."""
     unchecked = check and not verify(path)
     if path.is_dir():
         ckpt = json.loads((path / "run.json").read_text()) | {"sharded": str(path.resolve())}
@@ -135,8 +136,12 @@ def read_checkpoint(path, check=True):
         ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     # a file that is not train.py's gets its caller's one line alone
     if unchecked and isinstance(ckpt, dict) and "model_args" in ckpt:
-        print(f"notice: {path} has no checksums ({sums_path(path).name}): saved by an older "
-              "normgpt, so loaded unchecked", file=sys.stderr)
+        notice = (f"notice: {path} has no checksums ({sums_path(path).name}): saved by an older "
+                  "normgpt, so loaded unchecked")
+        if notices is None:
+            print(notice, file=sys.stderr)
+        else:
+            notices.append(notice)
     return ckpt
 
 
@@ -248,8 +253,10 @@ def load_model(out_dir, device):
     if path is None:
         raise SystemExit(f"error: no checkpoint in {out_dir} (ckpt.pt or ckpt/); "
                          "train.py writes one when it evaluates")
+    notices = []
     try:
-        ckpt = read_checkpoint(path)  # verified first: a file missing or damaged is named
+        # verified first: a file missing or damaged is named
+        ckpt = read_checkpoint(path, notices=notices)
     except Exception as e:
         raise SystemExit(f"error: {path} is not a readable checkpoint ({first_line(e)}); "
                          f"it may be truncated or from elsewhere: train again or copy it again")
@@ -275,6 +282,8 @@ def load_model(out_dir, device):
     # e.g. GPT-2's 50257 padded to 50304: the padding ids have no text, never sample them
     if vocab_size < model.config.vocab_size:
         model.lm_head.weight = nn.Parameter(model.lm_head.weight[:vocab_size])
+    for notice in notices:  # after every check: a failed one is its one line alone
+        print(notice, file=sys.stderr)
     return model.eval(), meta
 
 

@@ -522,7 +522,7 @@ def test_readers_check_the_checkpoint_and_name_one_they_cannot_read_or_fit(tmp_p
     (dict(meta=META | dict(vocab_size=64, chars=[chr(97 + i) for i in range(64)])),
      "a vocabulary of 64 for a model of 48 tokens"),
     ("NaN", "transformer.h.1.attn.c_proj.weight holds NaN or inf")])
-def test_a_checkpoint_a_reader_would_use_silently_wrong_is_one_line(tmp_path, edit, why):
+def test_a_checkpoint_a_reader_would_use_silently_wrong_is_one_line(tmp_path, capsys, edit, why):
     """What train.py never saves, from a file edited by hand (or an older normgpt's, which has no
     checksums to catch the edit): a tokenizer that is not one, a character table that is not the
     vocabulary, a vocabulary past the model's ids, weights that are not finite. sample.py and
@@ -536,6 +536,11 @@ def test_a_checkpoint_a_reader_would_use_silently_wrong_is_one_line(tmp_path, ed
                                master=True)
     mentions(error_of(checkpoint.load_model, str(tmp_path), "cpu"), str(tmp_path / "ckpt.pt"),
              "not a checkpoint train.py saved", why, "train it again")
+    # without checksums, as an edited file often is: the error alone, not the notice before it
+    (tmp_path / "ckpt.pt.crc32.json").unlink()
+    capsys.readouterr()
+    error_of(checkpoint.load_model, str(tmp_path), "cpu")
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("parallel, saved", [("ddp", "ckpt.pt"), ("fsdp", "ckpt")])
