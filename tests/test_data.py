@@ -307,8 +307,11 @@ def test_run_cli_makes_memory_that_cannot_be_had_one_line_and_lets_other_errors_
     def fail(argv):
         raise error
     monkeypatch.setattr(sys, "argv", ["script.py"])
-    monkeypatch.setattr(signal, "signal", lambda *args: None)  # pytest's Ctrl-C stays its own
-    message = error_of(run_cli, fail)
+    handler = signal.getsignal(signal.SIGINT)  # pytest's, which run_cli leaves as SIGINT's own
+    try:
+        message = error_of(run_cli, fail)
+    finally:
+        signal.signal(signal.SIGINT, handler)
     mentions(message, "error: out of memory", str(error).split(".")[0], "lower", "batch_size",
              "n_embd")
     assert "\n" not in message
