@@ -87,9 +87,8 @@ MEASURED = ({f.name for f in dataclasses.fields(GPTConfig)} - {"vocab_size", "no
                "beta1", "beta2", "device", "dtype", "peak_flops"})
 # checked by configurator; the model's settings by GPTConfig
 RANGES = dict(bench_steps=1, bench_sample_tokens=1, bench_threads=f"[1, {os.cpu_count()}]",
-              batch_size=1,
-              learning_rate=configurator.LEARNING_RATES, weight_decay=0, beta1="[0, 1)",
-              beta2="[0, 1)", seed="[0, 1e19)", peak_flops=0, dtype=devices.DTYPES)
+              batch_size=1, learning_rate=configurator.LEARNING_RATES, weight_decay=0,
+              beta1="[0, 1)", beta2="[0, 1)", seed="[0, 1e19)", peak_flops=0, dtype=devices.DTYPES)
 
 
 def help_text():
