@@ -111,8 +111,7 @@ def check_out_dir(path, setting):
     existing = nearest_entry(path, setting)
     path = pathlib.Path(path)
     if not existing.is_dir():
-        where = "is" if existing == path else f"is under {existing}, which is"
-        raise SystemExit(f"error: {setting} {path} {where} a file, not a folder; choose a folder "
+        raise SystemExit(f"error: {setting} {a_file_not_a_folder(path, existing)}; choose a folder "
                          f"(made if missing)")
     try:  # os.access says yes to root anywhere, and /proc takes no new folder: try one
         tempfile.TemporaryDirectory(dir=existing, prefix=".normgpt-check-").cleanup()
@@ -120,6 +119,13 @@ def check_out_dir(path, setting):
         raise SystemExit(
             f"error: {setting} {path}: cannot write in {existing} ({e.strerror}); choose a "
             "folder you can write in")
+
+
+def a_file_not_a_folder(path, file):
+    """'PATH is a file, not a folder', or where file is one of its parents 'PATH is under FILE,
+    which is a file, not a folder'."""
+    where = "is" if file == path else f"is under {file}, which is"
+    return f"{path} {where} a file, not a folder"
 
 
 def nearest_entry(path, setting):
@@ -286,9 +292,7 @@ def load_meta(data_dir):
     except NotADirectoryError:  # a file on the way, not a folder holding a corrupt meta.json
         folder = pathlib.Path(data_dir)
         file = next(p for p in (folder, *folder.parents) if p.exists())
-        where = "is" if file == folder else f"is under {file}, which is"
-        raise SystemExit(f"error: {folder} {where} a file, not a folder: check data_dir and "
-                         "dataset")
+        raise SystemExit(f"error: {a_file_not_a_folder(folder, file)}: check data_dir and dataset")
     except (ValueError, OSError) as e:  # not JSON, a folder, unreadable
         raise SystemExit(corrupt.format(first_line(e)))
     if why := meta_shape_error(meta):
