@@ -246,20 +246,34 @@ def _source(dataset, inputs, text_column):
 
 # ---------------------------------------------------------------------------- parallel tokenization
 
-_encode = None  # this worker's encoder, set once by _init_worker
+_meta = None  # this worker's tokenizer, as meta.json describes it
+_encode = None  # its encoder, made on the worker's first batch
 
 
 def _init_worker(meta, forked):
-    global _encode
+    """Nothing here may fail: Pool starts a worker whose initializer raised again, and again,
+    forever."""
+    global _meta, _encode
     # Ctrl-C reaches the whole process group: the parent alone stops the build, in one line
     if forked:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # ordinary encoding: an "<|endoftext|>" inside a document is text, only separators are EOT
-    _encode = _gpt2().encode_ordinary if meta["tokenizer"] == "gpt2" else get_tokenizer(meta)[0]
+    _meta, _encode = meta, None
 
 
 def _encode_texts(texts):
-    return [np.array(_encode(text), dtype=np.uint16) for text in texts]
+    """The texts' token arrays; or the SystemExit (a one-line error) that making the encoder or
+    encoding raised, returned for the parent to raise: a worker that exits loses its batch, and
+    the parent would wait for it forever. Any other error reaches the parent as it is."""
+    global _encode
+    try:
+        if _encode is None:
+            # ordinary encoding: an "<|endoftext|>" inside a document is text, only separators
+            # are EOT
+            gpt2 = _meta["tokenizer"] == "gpt2"
+            _encode = _gpt2().encode_ordinary if gpt2 else get_tokenizer(_meta)[0]
+        return [np.array(_encode(text), dtype=np.uint16) for text in texts]
+    except SystemExit as stop:
+        return stop
 
 
 def _batches(docs):
@@ -301,9 +315,17 @@ def _tokenized(docs, meta, workers):
                                                      ([text for _, text, _ in batch],))))
             if len(pending) >= 2 * workers:
                 labels, result = pending.popleft()
-                yield labels, result.get()
+                yield labels, _arrays(result)
         for labels, result in pending:
-            yield labels, result.get()
+            yield labels, _arrays(result)
+
+
+def _arrays(result):
+    """A batch's token arrays from its worker, whose one-line error is raised here."""
+    arrays = result.get()
+    if isinstance(arrays, SystemExit):
+        raise arrays
+    return arrays
 
 
 class _ShardWriter:

@@ -684,6 +684,39 @@ def test_a_rebuild_whose_arguments_are_found_wrong_while_tokenizing_leaves_the_b
     assert [p.name for p in out.iterdir()] == [".lock"]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_workers_failing_tokenizer_ends_the_build_with_its_error_not_a_hang(tmp_path,
+                                                                            monkeypatch, workers):
+    """A worker whose tokenizer fails: its one-line error (a character its table lacks) is the
+    build's, any other error is raised as it is, and no meta.json marks the folder as built.
+    Pool starts a worker whose initializer failed again, forever, and loses the batch of a worker
+    that exits: the build would wait for it forever. One worker is a thread, two are processes
+    forked from a server, which read the table from the parent."""
+    (tmp_path / "a.txt").write_text("to be or not to be\n" * 50)
+    made = prepare_data._tokenizer_meta
+    table = {}
+    monkeypatch.setattr(prepare_data, "_tokenizer_meta", lambda *args: {**made(*args), **table})
+
+    def hung(*_):
+        raise TimeoutError("the build still waits for its workers after 60 s")
+
+    waiting = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        table["chars"] = sorted(set("to be or not\n") - {"b"})
+        message = error_of(prepare, "shakespeare_char", tmp_path / "lacks_b",
+                           inputs=[str(tmp_path / "a.txt")], workers=workers)
+        mentions(message, "characters not in", "'b'")
+        table["chars"] = None
+        with pytest.raises(TypeError):
+            prepare("shakespeare_char", tmp_path / "none", inputs=[str(tmp_path / "a.txt")],
+                    workers=workers)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, waiting)
+    assert not any((tmp_path / name / "meta.json").exists() for name in ("lacks_b", "none"))
+
+
 def test_non_utf8_bytes_are_replaced_and_counted(tmp_path, capsys):
     # a lone byte is one U+FFFD, and so is a cut sequence (\xe2\x82, 2 bytes of a 3-byte character)
     (tmp_path / "in.txt").write_bytes(b"caf\xe9 au lait\n" * 10 + b"\xff\xe2\x82 end\n")
