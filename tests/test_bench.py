@@ -28,17 +28,18 @@ TRAINING = {"mode", "compile", "step_ms", "ratio_to_pre", "tokens_per_s", "first
 SAMPLING = {"mode", "tokens_per_s_cache", "tokens_per_s_no_cache", "cache_speedup"}
 
 
-def run_bench(*args):
-    return subprocess.run([sys.executable, "bench.py", *TINY, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+def bench_report(capsys, *args):
+    """bench.py --json on TINY, run in this process: its report. (A process of its own spends
+    seconds importing torch; the script as a process, its exit and stderr:
+    test_a_dataset_not_prepared_is_one_line_naming_it_and_the_fix_and_pystdlib_is_made.)"""
+    bench.main([*TINY, *args, "--json"])
+    return json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_bench_reports_the_modes_asked_for_after_pre_the_baseline(arch):
-    result = run_bench("--modes=geonorm,simplenorm", "--steps=2", "--compile=off", "--json",
-                       f"--arch={arch}")
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+def test_bench_reports_the_modes_asked_for_after_pre_the_baseline(arch, capsys):
+    report = bench_report(capsys, "--modes=geonorm,simplenorm", "--steps=2", "--compile=off",
+                          f"--arch={arch}")
     # train.py's settings
     assert report["shape"] == f"{arch}: 1 layers, 2 heads, 32 wide, block 32, batch 2, vocab 65"
     assert [r["mode"] for r in report["training"]] == ["pre", "geonorm", "simplenorm"]
@@ -229,10 +230,8 @@ def test_a_bench_stopped_midway_leaves_the_callers_subnormals_as_they_were(monke
         torch.set_flush_denormal(False)
 
 
-def test_the_presets_are_rows_of_their_own_measured_as_the_settings_they_name():
-    result = run_bench("--modes=dyt,peri", "--steps=1", "--compile=off", "--json")
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+def test_the_presets_are_rows_of_their_own_measured_as_the_settings_they_name(capsys):
+    report = bench_report(capsys, "--modes=dyt,peri", "--steps=1", "--compile=off")
     assert ([r["mode"] for r in report["training"]] == [r["mode"] for r in report["sampling"]]
             == ["pre", "dyt", "peri"])
     args, modes, cfg = bench.parse([*TINY, "--modes=all"])
@@ -282,10 +281,12 @@ def test_compiled_and_eager_runners_take_the_same_training_steps(mode, arch, mon
 
 
 def test_bench_rejects_unknown_mode_and_setting():
-    result = run_bench("--modes=pre,rmsnorm", "--steps=1", "--compile=off")
-    assert result.returncode != 0 and "error: unknown mode(s) rmsnorm" in result.stderr
-    result = run_bench("--n_layers=2", "--steps=1", "--compile=off")
-    assert result.returncode != 0 and "did you mean --n_layer?" in result.stderr
+    """In this process (the script's exit and stderr for such a line:
+    test_a_dataset_not_prepared_is_one_line_naming_it_and_the_fix_and_pystdlib_is_made)."""
+    mentions(error_of(bench.main, [*TINY, "--modes=pre,rmsnorm", "--steps=1", "--compile=off"]),
+             "unknown mode(s) rmsnorm")
+    mentions(error_of(bench.main, [*TINY, "--n_layers=2", "--steps=1", "--compile=off"]),
+             "n_layers", "did you mean --n_layer?")
 
 
 def test_the_vocabulary_is_the_one_the_datasets_meta_json_gives_whatever_its_name(tmp_path):

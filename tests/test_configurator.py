@@ -2,6 +2,7 @@
 imports train.py."""
 import ast
 import inspect
+import json
 import os
 import runpy
 import subprocess
@@ -28,7 +29,20 @@ def test_the_settings_read_from_the_file_are_those_python_runs(script):
         assert kinds == (typing.get_args(hints[name]) if name in hints else (type(default),)), name
 
 
-def test_no_script_but_train_imports_train():
+@pytest.fixture(scope="module")
+def fresh_imports():
+    """The modules a fresh Python has loaded after importing the scripts that do not train
+    (ablate.py, bench.py, sample.py), then after importing all of them: one process, whose start
+    costs seconds, for the two tests below."""
+    check = ("import json, sys; import ablate, bench, sample; first = sorted(sys.modules); "
+             "import eval, prepare_data, train; print(json.dumps([first, sorted(sys.modules)]))")
+    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    return [set(modules) for modules in json.loads(result.stdout)]
+
+
+def test_no_script_but_train_imports_train(fresh_imports):
     """What the scripts share lives in the modules, not in train.py. ablate.py alone calls
     train.main, as train.py's own check of each planned run (its --dry_run), when it checks them."""
     for path in Path(ROOT).glob("*.py"):
@@ -40,22 +54,16 @@ def test_no_script_but_train_imports_train():
     uses = {ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)
             and isinstance(n.value, ast.Name) and n.value.id == "train"}
     assert uses == {"train.main"}
-    check = ("import sys, ablate, bench, sample; "
-             "assert 'train' not in sys.modules, 'imported through another module'")
-    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
+    scripts_that_do_not_train, _ = fresh_imports
+    assert "train" not in scripts_that_do_not_train, "imported through another module"
 
 
-def test_no_script_imports_dtensor_or_dynamo_until_it_needs_them():
+def test_no_script_imports_dtensor_or_dynamo_until_it_needs_them(fresh_imports):
     """DTensor's machinery (behind FSDP and DCP) and dynamo cost a second or two to import: a
     mistake's one line, --help, a dry run, sampling or scoring a whole checkpoint need neither."""
-    heavy = ("torch.distributed.tensor", "torch._dynamo")
-    check = ("import sys, ablate, bench, eval, prepare_data, sample, train; "
-             f"print(*[m for m in {heavy!r} if m in sys.modules])")
-    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0 and result.stdout.strip() == "", result.stdout + result.stderr
+    _, every_script = fresh_imports
+    assert "train" in every_script  # the check below saw every script imported
+    assert every_script.isdisjoint({"torch.distributed.tensor", "torch._dynamo"})
 
 
 @pytest.mark.parametrize("script", ["sample.py", "bench.py", "ablate.py"])

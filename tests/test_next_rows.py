@@ -636,7 +636,9 @@ def test_every_row_is_reachable_from_the_command_line():
 def test_layerscale_and_x0mix_copy_the_current_token_with_a_tied_head_and_the_others_do_not():
     """LayerScale at 1e-4 keeps x_L ≈ x_0 and ln_f, so the tied head reads E[t]·E[t] back
     (§14.2: 0.46 at 12 blocks); the x0mix preset mixes a normalized x_0 into every block, as pre
-    with embed_norm does. Derf's is small but above 1/V; untied, none has it."""
+    with embed_norm does. Derf's is small but above 1/V. Untied, x0mix has none, though it mixes
+    x_0 = E[t] into every block; layerscale changes only the residual's scale, and its untied head
+    is post's of test_llama.py (an untied build costs 7 s)."""
     biased = {"layerscale": dict(res_scale="layerscale"),
               "x0mix": dict(x0_mix=True, embed_norm=True)}
     unbiased = {"lambdas": dict(res_scale="lambda"), "gpas": dict(gpas=True),
@@ -645,4 +647,4 @@ def test_layerscale_and_x0mix_copy_the_current_token_with_a_tied_head_and_the_ot
     assert all(copy_probability("pre", True, **s) < 1e-3 for s in unbiased.values())
     assert all(copy_probability(mode, True) < 1e-3 for mode in ("normformer", "subln", "rezero"))
     assert 5e-3 < copy_probability("pre", True, norm_type="derf") < 3e-2
-    assert all(copy_probability("pre", False, **s) < 1e-3 for s in biased.values())
+    assert copy_probability("pre", False, **biased["x0mix"]) < 1e-3

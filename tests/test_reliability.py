@@ -812,13 +812,17 @@ def test_kernels_cut_short_in_the_compile_cache_are_removed_and_whole_ones_kept(
 
 
 def test_a_mistake_is_one_line_on_stderr_and_exit_1(data_dir, tmp_path):
-    """As a process: the line alone on stderr, no traceback, exit status 1."""
-    for mistake in ("a seed below 0", "fsdp on nccl on a CPU"):
+    """As a process: the line alone on stderr, ending in a newline, no traceback, exit status 1;
+    for a mistake found as the settings are read and for one found as the devices are set up."""
+    nccl_args, nccl_message = MISTAKES["fsdp on nccl on a CPU"]
+    for args, words in ((["--lerning_rate=1e-3"], ["--lerning_rate=1e-3", "'learning_rate'"]),
+                        (nccl_args, [nccl_message])):
         result = subprocess.run(command(f"--data_dir={data_dir}", f"--out_dir={tmp_path}",
-                                        *TRAIN_TINY, *MISTAKES[mistake][0]),
+                                        *TRAIN_TINY, *args),
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-        assert result.stderr.startswith("error: ") and MISTAKES[mistake][1] in result.stderr
+        assert result.stderr.startswith("error: ") and result.stderr.endswith("\n")
+        mentions(result.stderr, *words)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -508,8 +508,10 @@ def test_missing_folder_is_a_one_line_error(tmp_path):
 
 
 def test_corrupt_checkpoint_is_a_one_line_error(tmp_path):
+    """Bytes that are no checkpoint at all (the script's exit and stderr for such a line:
+    test_missing_folder_is_a_one_line_error)."""
     (tmp_path / "ckpt.pt").write_bytes(b"\x80\x02not a checkpoint" * 10)
-    assert_one_line_error(run_script(f"--out_dir={tmp_path}"), "is not a readable checkpoint")
+    mentions(error_of(run, tmp_path), "ckpt.pt", "is not a readable checkpoint")
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -303,14 +303,7 @@ def test_unknown_settings_and_wrong_types_fail_with_their_messages(data_dir, tmp
     with pytest.raises(SystemExit) as error:
         train.configure([f"--out_dir={tmp_path}", "--init_from=resume"])
     assert str(error.value.code).startswith(f"error: cannot read {tmp_path}/ckpt.pt")
-    # as a process: one line naming the fix, no traceback, a failing exit code
-    result = subprocess.run(command("--lerning_rate=1e-3"), capture_output=True, text=True,
-                            timeout=60)
-    assert result.returncode == 1
-    # one line
-    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.endswith("\n")
-    mentions(result.stderr, "--lerning_rate=1e-3", "'learning_rate'")
+    # as a process: test_reliability.py's test_a_mistake_is_one_line_on_stderr_and_exit_1
 
 
 def test_a_missing_dataset_names_the_command_that_prepares_it_and_pystdlib_is_made(
