@@ -62,7 +62,7 @@ def test_no_script_imports_dtensor_or_dynamo_until_it_needs_them(fresh_imports):
     """DTensor's machinery (behind FSDP and DCP) and dynamo cost a second or two to import: a
     mistake's one line, --help, a dry run, sampling or scoring a whole checkpoint need neither."""
     _, every_script = fresh_imports
-    assert "train" in every_script  # the check below saw every script imported
+    assert "train" in every_script  # taken after every script was imported
     assert every_script.isdisjoint({"torch.distributed.tensor", "torch._dynamo"})
 
 
