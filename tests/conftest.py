@@ -4,8 +4,10 @@ import fcntl
 import hashlib
 import io
 import json
+import multiprocessing
 import os
 import pathlib
+import runpy
 import signal
 import subprocess
 import sys
@@ -397,6 +399,55 @@ def ablate_main(*args):
     with contextlib.redirect_stdout(out):
         ablate.main(list(args))
     return out.getvalue()
+
+
+# ablate.py starts each run as a new Python (`python train.py ...`, then eval.py's), which spends
+# seconds importing torch before a test's few steps. The tests of what runs leave behind (tables,
+# logs, resumes, scores) start them from a fork server that has imported train.py's modules once:
+# each run is still a process of its own, with its own arguments, environment, working directory,
+# output and exit status. The tests of how ablate.py stops its processes start real ones.
+FORK_SERVER = multiprocessing.get_context("forkserver")
+FORK_SERVER.set_forkserver_preload(["conftest", "train"])
+
+
+def script_in_child(script, argv, env, cwd, log):
+    """What `python script *argv` does, in a child of the fork server, its output appended to
+    log."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    # what a new Python's torch reads from its environment at import
+    torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    with open(log, "a") as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    sys.argv = [script, *argv]
+    runpy.run_path(script, run_name="__main__")
+
+
+def forked_run_logged(command, log, env):
+    """ablate.run_logged's contract for `python script *argv`: command's exit status, its output
+    appended to log."""
+    _python, script, *argv = command
+    assert script != "-m", "torchrun's processes are not forked: a test with nproc > 1 starts them"
+    child = FORK_SERVER.Process(target=script_in_child,
+                                args=(script, argv, dict(env), os.getcwd(), str(log)))
+    child.start()
+    child.join()
+    return child.exitcode
+
+
+@contextlib.contextmanager
+def forked_runs():
+    """ablate.py's runs within the block: forked from the server (forked_run_logged). Yields the
+    run_logged it replaces."""
+    import ablate
+    real = ablate.run_logged
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ablate, "run_logged", forked_run_logged)
+        yield real
 
 
 def table_rows(results_md):

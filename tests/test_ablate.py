@@ -1,9 +1,11 @@
 """ablate.py's promises: a tiny ablation of four modes and presets end to end, skip and resume,
 divergence as a result, a size sweep's tables and figures."""
 import json
+import os
 import re
 import shutil
 import statistics
+import sys
 
 import matplotlib.colors
 import matplotlib.image
@@ -13,7 +15,8 @@ import ablate
 import plots
 import results
 from configurator import PRESETS
-from conftest import ABLATE_TINY, PLOTS, ablate_main, error_of, log_events, mentions, table_rows
+from conftest import (ABLATE_TINY, PLOTS, ablate_main, error_of, forked_runs, log_events, mentions,
+                      table_rows)
 
 
 
@@ -25,6 +28,32 @@ def mtimes(root):
 # what ablate.py plans for every one is tests/test_ablate_plan.py's): 4 runs, not all 13, to keep
 # the suite within its time
 MODES = ("pre", "sandwich", "peri", "dyt")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runs_forked():
+    """Every run this file trains is forked from conftest's server: these tests read what runs
+    leave; test_reliability.py stops real processes. Returns ablate's own run_logged."""
+    with forked_runs() as real:
+        yield real
+
+
+def test_a_forked_run_is_to_ablate_what_a_new_python_is(runs_forked, tmp_path, monkeypatch):
+    """The same exit status, and the same lines appended to the run's log, from a script that
+    reads its arguments, working directory and environment, prints, and exits with a message."""
+    script = tmp_path / "script.py"
+    script.write_text("import os, sys\n"
+                      "print(sys.argv[1:], os.getcwd(), os.environ['SEEN'])\n"
+                      "sys.exit(f'error: {os.environ[\"OMP_NUM_THREADS\"]} threads')\n")
+    monkeypatch.chdir(tmp_path)
+    env = os.environ | {"SEEN": "yes", "OMP_NUM_THREADS": "3"}
+    logs = {}
+    for name, run_logged in ("new", runs_forked), ("forked", ablate.run_logged):
+        logs[name] = tmp_path / f"{name}.log"
+        logs[name].write_text("kept\n")
+        assert run_logged([sys.executable, str(script), "--a=1"], logs[name], env) == 1
+    assert logs["forked"].read_text() == logs["new"].read_text() == \
+        f"kept\n['--a=1'] {tmp_path} yes\nerror: 3 threads\n"
 
 
 def unchecked_ablation(*args):

@@ -64,9 +64,11 @@ def pytest_on(copy, select, *args, path="tests"):
     """pytest -k select on the copy's tests but this file's: the output, which lists each test id
     with PASSED, FAILED, ERROR or SKIPPED; collected.txt in the copy lists every test collected."""
     (copy / "collected_ids.py").write_text(COLLECTED)
+    # --assert=plain: only the outcomes are read, and rewriting every test file's asserts costs
+    # seconds of a collection, each time (the copy has no cache)
     return subprocess.run([sys.executable, "-m", "pytest", path,
                            "--ignore=tests/test_add_a_mode.py", "-p", "no:cacheprovider", "-p",
-                           "collected_ids", "-k", select, *args],
+                           "collected_ids", "--assert=plain", "-k", select, *args],
                           cwd=copy, capture_output=True, text=True,
                           env=os.environ | {"OMP_NUM_THREADS": "1"}, timeout=900).stdout
 

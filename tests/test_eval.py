@@ -24,7 +24,8 @@ import logbook
 import prepare_data
 import results
 import train
-from conftest import ROOT, error_of, file_hashes, mentions, needs_gpt2, torchrun, tripwire
+from conftest import (ROOT, error_of, file_hashes, forked_runs, mentions, needs_gpt2, torchrun,
+                      tripwire)
 from model import ARCHS, GPT, NORM_MODES, GPTConfig, from_gpt2
 from checkpoint import load_model
 
@@ -696,7 +697,7 @@ def ablated_run(data_dir, tmp_path_factory):
     twice a test, for its check and its run, is most of what training costs here). Trained without
     the check before training: a valid run, and the check is tests/test_ablate.py's subject."""
     out = tmp_path_factory.mktemp("ablated")
-    with pytest.MonkeyPatch.context() as patch:
+    with pytest.MonkeyPatch.context() as patch, forked_runs():
         patch.setattr(ablate, "check_before_training", lambda *_: None)
         ablate.main([f"--data_dir={data_dir}", f"--out_dir={out}", *TINY, *ABLATION])
     assert json.loads((out / "ablate" / "results.json").read_text())["groups"][0]["finished"] == 1
@@ -712,9 +713,10 @@ def test_an_evaluation_that_fails_after_training_makes_the_ablation_an_error(abl
     write_task(tmp_path / "tasks", "tiny_euro",
                [dict(question="It costs 5", choices=["€", "$"], answer=0)], **MC)
     shutil.copytree(ablated_run, tmp_path / "ablate" / ablated_run.name)
-    message = error_of(ablate.main, [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY,
-                                     *ABLATION, "--eval_tasks=tiny_euro",
-                                     f"--eval_include_path={tmp_path / 'tasks'}"])
+    with forked_runs():
+        message = error_of(ablate.main, [f"--data_dir={data_dir}", f"--out_dir={tmp_path}",
+                                         *TINY, *ABLATION, "--eval_tasks=tiny_euro",
+                                         f"--eval_include_path={tmp_path / 'tasks'}"])
     mentions(message, "not evaluated", "pre_lr0.01_s1", "eval.log")
     log = (tmp_path / "ablate" / "pre_lr0.01_s1" / "eval.log").read_text()
     assert "downstream tasks need a BPE model" in log
@@ -830,7 +832,8 @@ def test_ablate_scores_each_finished_run_once_and_tables_it(ablated_run, data_di
     shutil.copytree(ablated_run, tmp_path / "ablate" / ablated_run.name)  # finished, not scored
     args = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TINY, *ABLATION,
             "--eval_tasks=tiny_mc,tiny_ll", "--eval_limit=4", f"--eval_include_path={tasks_dir}"]
-    ablate.main(args)
+    with forked_runs():
+        ablate.main(args)
     report = json.loads((tmp_path / "ablate" / "pre_lr0.01_s1" / "eval.json").read_text())
     assert (report["settings"]["tasks"], report["settings"]["limit"]) == ("tiny_mc,tiny_ll", 4)
     group, = json.loads((tmp_path / "ablate" / "results.json").read_text())["groups"]

@@ -256,8 +256,7 @@ def test_a_tied_head_gives_post_deep_and_geonorm_a_copy_bias_at_gpt2_width():
     pre, sandwich and simplenorm give it ~1e-5 (1/V). Untied, post loses it: the bias is the head's
     reading E[t] back, whatever the mode, and test_model.py's sweep checks that an untied head is a
     tensor of its own in every specified mode (an untied build costs 7 s here, most of it the
-    head's init). Two
-    blocks show it as well as GPT-2 small's twelve."""
+    head's init). Two blocks show it as well as GPT-2 small's twelve."""
     tied = {mode: copy_probability(mode, True) for mode in NORM_MODES[:6]}  # §13's: the next test
     assert all(tied[m] > 0.3 for m in ("post", "deep", "geonorm")), tied
     assert all(tied[m] < 1e-3 for m in ("pre", "sandwich", "simplenorm")), tied
