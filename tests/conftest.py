@@ -25,7 +25,8 @@ if (SHARED / "tiktoken_cache").is_dir():
     os.environ["TIKTOKEN_CACHE_DIR"] = str(SHARED / "tiktoken_cache")
 sys.path.insert(0, str(ROOT))
 
-from model import GPT, GPTConfig  # noqa: E402 (found on the path just set)
+from configurator import ENTRIES  # noqa: E402 (found on the path just set)
+from model import ARCHS, GPT, NORM_MODES, GPTConfig  # noqa: E402
 
 # test_reliability.py forks train.main into child processes, and libgomp is not fork-safe: once this
 # process has run an OpenMP region on several threads, a child's first one waits forever for threads
@@ -203,6 +204,13 @@ def assert_same_records(got, want, rel, abs):
 # Small models, built in this process (test_model.py, test_lab.py, test_llama.py)
 
 GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304)
+
+# torch.compile of every (mode, family) without a graph break, paid for once: test_bench.py compiles
+# a training step (forward, backward, AdamW) of every entry, presets included, on the families in
+# turn; test_model.py compiles the forward of each mode on the other family.
+COMPILED_STEPS = [(entry, ARCHS[i % len(ARCHS)]) for i, entry in enumerate(ENTRIES)]
+COMPILED_FORWARDS = [(mode, arch) for mode in NORM_MODES for arch in ARCHS
+                     if (mode, arch) not in COMPILED_STEPS]
 
 
 def tiny(mode, **overrides):

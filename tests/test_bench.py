@@ -15,7 +15,7 @@ import bench
 import configurator
 import devices
 from configurator import ENTRIES, PRESETS
-from conftest import ROOT, error_of, mentions
+from conftest import COMPILED_STEPS, ROOT, error_of, mentions
 from data import load_meta, write_json
 from model import ARCHS, GPT
 
@@ -252,17 +252,17 @@ def test_ngpts_step_includes_its_projection():
 
 
 # every entry on one family, the families taking turns: the runner's two paths are the same code for
-# every mode (test_model.py compiles each mode's forward on both families); a compiled step of each
-# costs seconds
-@pytest.mark.parametrize("mode, arch",
-                         [(mode, ARCHS[i % len(ARCHS)]) for i, mode in enumerate(ENTRIES)])
+# every mode, and test_model.py compiles each mode's forward on the other family; a compiled step
+# of each costs seconds
+@pytest.mark.parametrize("mode, arch", COMPILED_STEPS)
 def test_compiled_and_eager_runners_take_the_same_training_steps(mode, arch, monkeypatch):
     """bench.py times one step both ways: from the same weights and batch, two compiled steps
-    (forward, backward and AdamW) leave the weights where two eager steps do (aot_eager, which needs
-    no C++ toolchain), and every weight moved. dynamo may compile GPT.forward once per entry in each
-    pass (its default, 8, would leave the rest eager)."""
+    (forward, backward and AdamW, in one graph: a graph break fails) leave the weights where two
+    eager steps do (aot_eager, which needs no C++ toolchain), and every weight moved. dynamo may
+    compile GPT.forward once per entry in each pass (its default, 8, would leave the rest eager)."""
     compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda model: compile(model, backend="aot_eager"))
+    monkeypatch.setattr(torch, "compile",
+                        lambda model: compile(model, backend="aot_eager", fullgraph=True))
     # dynamo's default: 8 compilations of GPT.forward, and the rest would run eager, silently (not
     # monkeypatch: its undo would put back 8 for the next compiled step in this process)
     torch._dynamo.config.recompile_limit = 8

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch.nn import Identity, LayerNorm as nn_LayerNorm
 
 import model as M
-from conftest import (GPT2_SMALL, batch, biased, block_outputs, build, count_params, mentions,
-                      randomize, rope_rows, spread, tiny)
+from conftest import (COMPILED_FORWARDS, GPT2_SMALL, batch, biased, block_outputs, build,
+                      count_params, mentions, randomize, rope_rows, spread, tiny)
 from model import ARCHS, GPT, GPTConfig, NORM_MODES, RMSNorm, geodesic_step
 
 
@@ -580,8 +580,8 @@ def test_bf16_autocast_forward_is_finite_and_close(mode, arch):
         assert abs(loss.item() - model(idx, targets)[1].item()) < 0.05
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("mode", NORM_MODES)
+# each mode on the family whose training step test_bench.py does not compile
+@pytest.mark.parametrize("mode, arch", COMPILED_FORWARDS)
 def test_compile_aot_eager_fullgraph_matches_eager(mode, arch):
     """Two blocks, the first and one after it: every block's code is traced, and tracing costs
     about a second a block."""
