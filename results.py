@@ -285,10 +285,12 @@ def race(groups, plan):
     baseline = frequency_loss(plan) if any(len(f) > 1 for f in families.values()) else None
     rows = {}
     for (mode, point), members in families.items():
-        rates = sorted(g["lr"] for g in members)
-        training = [g for g in members if trains(g, baseline)]
-        if len(rates) < 2:
+        if len(members) < 2:
             continue
+        # the grid is the rates that ran: a rate planned for every entry but added for one (the
+        # next point past an edge) must not put the others' best inside it
+        rates = sorted(g["lr"] for g in members if g["finished"] or g["diverged"])
+        training = [g for g in members if trains(g, baseline)]
         # chosen on the seeds every training rate has: seed 3 at the best rate alone must not move
         # the choice
         common = (set.intersection(*(set(finished_seeds(g)) for g in training)) if training
@@ -296,9 +298,8 @@ def race(groups, plan):
         chosen_on = lambda g: statistics.fmean(v for k, v in finished_seeds(g).items()
                                                if k in common or not common)
         best = min(training, key=chosen_on, default=None)
-        ended = any(g["finished"] or g["diverged"] for g in members)
         rows[mode, point] = dict(
-            mode=mode, sweep=dict(point), rates=rates, best=best, ended=ended,
+            mode=mode, sweep=dict(point), rates=rates, best=best, ended=bool(rates),
             frequency_loss=baseline,
             largest_training=max((g["lr"] for g in training), default=None),
             inside=best is not None and rates[0] < best["lr"] < rates[-1])

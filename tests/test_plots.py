@@ -981,6 +981,30 @@ def test_the_race_takes_each_entry_at_its_own_best_rate_and_pairs_its_seeds_with
     assert results.race(results.summarize(one_runs, one_rate), one_rate) == []
 
 
+def test_an_entrys_grid_is_the_rates_it_ran_not_every_rate_the_plan_names(tmp_path):
+    """A race drawn with every entry's rates planned for all (--lrs=5e-4,...,8e-3): post ran the
+    next point past its edge (8e-3) and its best is inside; geonorm's best is at its lowest rate
+    run, not inside, though 5e-4 is planned and a run of it started and failed; pre ran neither."""
+    plan, runs = plan_of(tmp_path, "--modes=pre,post,geonorm", "--lrs=5e-4,1e-3,2e-3,4e-3,8e-3",
+                         "--seeds=1,2")
+    added = {("post", 8e-3): (1.68, 1.70)}
+    for run in runs:
+        losses = RACE.get((run["mode"], run["lr"])) or added.get((run["mode"], run["lr"]))
+        if losses is not None:
+            last = losses[run["seed"] - 1]
+            write_run(run["dir"], [(0, 4.0), (10, last)],
+                      "finished" if math.isfinite(last) else "diverged")
+        elif (run["mode"], run["lr"], run["seed"]) == ("geonorm", 5e-4, 1):
+            write_run(run["dir"], [(0, 4.0)], "failed")
+    rows = {row["mode"]: row for row in results.race(results.summarize(runs, plan), plan)}
+    assert {m: (r["rates"], r["best_lr"], r["inside"]) for m, r in rows.items()} == {
+        "pre": ([1e-3, 2e-3, 4e-3], 2e-3, True),
+        "post": ([1e-3, 2e-3, 4e-3, 8e-3], 4e-3, True),
+        "geonorm": ([1e-3, 2e-3, 4e-3], 1e-3, False)}
+    table = results.race_table(list(rows.values()))
+    assert "| geonorm | 0.001 |" in table and "| 0.002 | no: at the edge |" in table
+
+
 def test_a_race_tables_rows_say_what_their_records_hold():
     """An entry's name carries its sweep point; one seed has no spread; the best inside the grid
     says yes; and a race of one entry without the dataset still says that 'trains' went
