@@ -356,10 +356,11 @@ def race_table(rows):
         final = f"{mean:.4f}" + (f" ± {std:.4f} (sample std, {seeds} seeds)" if seeds > 1
                                  else " (1 seed)")
         per_seed = ", ".join(f"{loss:.4f}" for _, loss in sorted(row["per_seed"].items()))
+        # one rate ran: an entry trained at a rate chosen elsewhere (another corpus's best)
+        inside = ("yes" if row["inside"] else "no grid: one rate ran" if len(row["rates"]) == 1
+                  else "no: at the edge")
         lines.append(f"| {name} | {row['best_lr']:g} | {final} | {per_seed} | "
-                     f"{row['largest_training']:g} | "
-                     f"{'yes' if row['inside'] else 'no: at the edge'} | "
-                     f"{race_gap_cell(row['gap'])} |")
+                     f"{row['largest_training']:g} | {inside} | {race_gap_cell(row['gap'])} |")
     if rows and rows[0]["frequency_loss"] is None:
         lines += ["", "Largest lr that trains: without the dataset in data_dir, the frequency "
                       "baseline is not computed and every rate where a seed finished and none "

@@ -173,6 +173,18 @@ def test_the_race_is_the_ladders_setting_with_one_head_and_one_grid_for_every_en
         {"ngpt"}
 
 
+def test_the_second_corpus_is_the_races_setting_on_pystdlib():
+    """Only the text and the folder differ from the race: a gap there is the corpus's, not a
+    setting's."""
+    second, race = (ablate.configure([str(ROOT / "configs" / name)])
+                    for name in ("ablate_race_pystdlib.py", "ablate_race_char.py"))
+    assert {k for k in race["base"] if second["base"][k] != race["base"][k]} == \
+        {"dataset", "out_dir"}
+    assert second["base"]["dataset"] == "pystdlib"
+    assert {k: second[k] for k in ("modes", "seeds", "lrs", "sweep", "entry")} == \
+        {k: race[k] for k in ("modes", "seeds", "lrs", "sweep", "entry")}
+
+
 def test_the_six_mode_ablation_is_the_six_first_modes_its_readme_command_promises():
     six = ablate.configure([str(ROOT / "configs" / "ablate_shakespeare_char.py")])
     assert six["modes"] == list(NORM_MODES[:6]) == ["post", "pre", "deep", "sandwich", "geonorm",

@@ -1007,11 +1007,11 @@ def test_an_entrys_grid_is_the_rates_it_ran_not_every_rate_the_plan_names(tmp_pa
 
 def test_a_race_tables_rows_say_what_their_records_hold():
     """An entry's name carries its sweep point; one seed has no spread; the best inside the grid
-    says yes; and a race of one entry without the dataset still says that 'trains' went
-    unchecked."""
+    says yes, one rate run says it has no grid; and a race of one entry without the dataset still
+    says that 'trains' went unchecked."""
     finished = dict(mode="post", sweep={"n_layer": 4, "n_embd": 64}, best_lr=2e-3, ended=True,
-                    final_val_loss=(1.5, 0.0), per_seed={1: 1.5}, largest_training=4e-3,
-                    inside=True, gap=None, frequency_loss=None)
+                    rates=[1e-3, 2e-3, 4e-3], final_val_loss=(1.5, 0.0), per_seed={1: 1.5},
+                    largest_training=4e-3, inside=True, gap=None, frequency_loss=None)
     unfinished = dict(mode="pre", sweep={"n_layer": 4, "n_embd": 64}, best_lr=None, ended=False,
                       frequency_loss=None)
     lines = results.race_table([finished, unfinished]).splitlines()
@@ -1021,6 +1021,9 @@ def test_a_race_tables_rows_say_what_their_records_hold():
     assert lines[2] == ("| post n_layer=4 n_embd=64 | 0.002 | 1.5000 (1 seed) | 1.5000 | 0.004 "
                         "| yes | — |")
     assert lines[3] == "| pre n_layer=4 n_embd=64 | — | none finished | — | — | — | — |"
+    one_rate = finished | dict(rates=[2e-3], largest_training=2e-3, inside=False)
+    assert results.race_table([one_rate]).splitlines()[2].endswith(
+        "| 0.002 | no grid: one rate ran | — |")
     mentions(results.race_table([finished]), "lr that trains", "not computed")
     assert "not computed" not in results.race_table([finished | dict(frequency_loss=3.3)])
 
