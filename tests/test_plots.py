@@ -1021,6 +1021,9 @@ def test_a_race_tables_rows_say_what_their_records_hold():
     assert lines[2] == ("| post n_layer=4 n_embd=64 | 0.002 | 1.5000 (1 seed) | 1.5000 | 0.004 "
                         "| yes | — |")
     assert lines[3] == "| pre n_layer=4 n_embd=64 | — | none finished | — | — | — | — |"
+    one_seed_gap = dict(mean=0.01, ci95=None, seeds=1, pre_lr=4e-3)
+    assert results.race_table([finished | dict(gap=one_seed_gap)]).splitlines()[2].endswith(
+        "| yes | +0.0100 (1), pre at 0.004 |")  # one pair: no interval
     one_rate = finished | dict(rates=[2e-3], largest_training=2e-3, inside=False)
     assert results.race_table([one_rate]).splitlines()[2].endswith(
         "| 0.002 | no grid: one rate ran | — |")
@@ -1037,7 +1040,8 @@ def test_the_95_interval_is_students_t_over_the_seeds(n, t):
     assert results.interval95([1.0]) == (1.0, None)
 
 
-def test_a_rate_whose_runs_end_on_the_frequency_plateau_does_not_train(tmp_path):
+@pytest.mark.parametrize("lrs", ["1e-3,2e-3,4e-3", "2e-3,4e-3"])  # two rates are a race too
+def test_a_rate_whose_runs_end_on_the_frequency_plateau_does_not_train(tmp_path, lrs):
     """The baseline is the val loss of predicting each token by its training frequency, computed
     from the shards; a rate whose mean final loss is not 5% below it learned no context: it neither
     trains nor wins."""
@@ -1047,7 +1051,7 @@ def test_a_rate_whose_runs_end_on_the_frequency_plateau_does_not_train(tmp_path)
     write_shard(folder / "train.bin", [0, 0, 0, 1] * 50)  # frequencies 3/4 and 1/4
     write_shard(folder / "val.bin", [0, 1] * 20)  # half and half
     shards = dict(train=[dict(file="train.bin", tokens=200)], val=[dict(file="val.bin", tokens=40)])
-    plan, runs = plan_of(tmp_path, "--modes=pre,post", "--lrs=1e-3,2e-3,4e-3", "--seeds=1",
+    plan, runs = plan_of(tmp_path, "--modes=pre,post", f"--lrs={lrs}", "--seeds=1",
                          meta=dict(tokenizer="char", vocab_size=2, shards=shards))
     baseline = -(0.5 * math.log(0.75) + 0.5 * math.log(0.25))
     assert results.frequency_loss(plan) == pytest.approx(baseline)
