@@ -6,6 +6,7 @@ import colorsys
 import io
 import json
 import math
+import re
 import shutil
 import statistics
 import types
@@ -21,7 +22,7 @@ import configurator
 import plots
 import results
 from configurator import ENTRIES
-from conftest import mentions, write_run
+from conftest import ROOT, SHARED, mentions, write_run
 from model import GPT, NORM_MODES
 
 BASE = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32",
@@ -177,6 +178,19 @@ def test_a_size_sweep_counts_each_groups_non_embedding_parameters_as_the_model_d
     assert block == 2 * (12 * 32 ** 2 + 2 * 32)
 
 
+def test_a_size_sweep_builds_each_model_once_whatever_its_rates(tmp_path, monkeypatch):
+    """Groups that differ only in their rate are one model: counted once, the same count."""
+    plan, runs = plan_of(tmp_path, "--modes=pre,peri", "--sweep=n_layer=1,3", "--lrs=1e-3,2e-3")
+    for run in runs:
+        write_run(run["dir"], [(0, 4.0), (10, 2.0)])
+    built = []
+    monkeypatch.setattr(results, "GPT", lambda config: built.append(config) or GPT(config))
+    groups = results.summarize(runs, plan)
+    assert len(groups) == 8 and len(built) == 4  # 2 modes x 2 sizes, not x 2 rates
+    counts = {(g["mode"], g["sweep"]["n_layer"], g["params"]) for g in groups}
+    assert len(counts) == 4 and len({c[2] for c in counts}) == 4
+
+
 @pytest.mark.parametrize("meta", [None, dict(tokenizer="char")],
                          ids=["no meta.json", "no vocab_size"])
 def test_a_size_sweep_without_the_datasets_vocabulary_has_no_parameter_counts(tmp_path, meta):
@@ -184,7 +198,7 @@ def test_a_size_sweep_without_the_datasets_vocabulary_has_no_parameter_counts(tm
     for run in runs:
         write_run(run["dir"], [(0, 4.0), (10, 2.0)])
     assert [g["params"] for g in results.summarize(runs, plan)] == [None, None]
-    assert results.non_embedding_params({}, plan) is None
+    assert results.non_embedding_params({}, plan, {}) is None
 
 
 def test_the_loss_unit_is_per_character_only_for_a_character_dataset(tmp_path):
@@ -1029,6 +1043,33 @@ def test_a_race_tables_rows_say_what_their_records_hold():
         "| 0.002 | no grid: one rate ran | — |")
     mentions(results.race_table([finished]), "lr that trains", "not computed")
     assert "not computed" not in results.race_table([finished | dict(frequency_loss=3.3)])
+
+
+def test_the_race_table_on_its_page_is_the_one_its_committed_runs_give(tmp_path, monkeypatch):
+    """docs/race.md's table, drawn again from docs/race_char/runs by the page's own command: a run
+    committed without the table drawn again, or a number edited by hand, fails. The frequency
+    baseline from tiny Shakespeare where ../shared has it (checked against the page's), else the
+    page's."""
+    section = (ROOT / "docs" / "race.md").read_text().split("\n## The table so far\n")[1]
+    section = section.split("\n## ")[0]
+    [args] = re.findall(r"^python ablate\.py (.*) --figures=DIR$", section, re.M)
+    [baseline] = re.findall(r"frequency baseline, (\d\.\d{4}) nats here", section)
+    text = SHARED / "data" / "tinyshakespeare.txt"
+    if text.is_file():
+        import prepare_data
+        prepare_data.prepare("shakespeare_char", tmp_path / "shakespeare_char",
+                             inputs=[str(text)], workers=1)
+    else:
+        monkeypatch.setattr(results, "frequency_loss", lambda plan: float(baseline))
+    # the sizes' parameter counts: not in the race table
+    monkeypatch.setattr(results, "non_embedding_params", lambda *args: None)
+    monkeypatch.chdir(ROOT)  # the command's paths are the repository's
+    plan = ablate.configure([*args.split(), f"--data_dir={tmp_path}"])
+    runs = ablate.plan_runs(plan, ROOT / plan["base"]["out_dir"] / "ablate")
+    ablate.check_not_stale(runs)  # the runs are the config's
+    rows = results.race(results.summarize(runs, plan), plan)
+    assert f"{rows[0]['frequency_loss']:.4f}" == baseline
+    assert f"\n{results.race_table(rows)}\n" in section
 
 
 @pytest.mark.parametrize("n, t", [(2, 12.706), (3, 4.303), (5, 2.776), (31, 2.042), (40, 1.96)])
