@@ -227,7 +227,9 @@ def test_parallel_workers_write_the_same_shards_as_one(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_tokenizing_reads_two_batches_a_worker_ahead_not_the_whole_stream(monkeypatch, workers):
+def test_tokenizing_reads_two_batches_a_worker_ahead_at_two_bytes_a_token(monkeypatch, workers):
+    """Not the whole stream; and what a worker sends back is uint16, not numpy's int64 (4x the
+    bytes to pickle and hold for every batch in flight)."""
     pulled = []
 
     def batches(docs):
@@ -241,7 +243,7 @@ def test_tokenizing_reads_two_batches_a_worker_ahead_not_the_whole_stream(monkey
                                         workers)
     labels, arrays = next(tokenized)
     assert (len(pulled) == 2 * workers and labels == [(None, True)]
-            and len(arrays[0]) == len("document 0"))
+            and len(arrays[0]) == len("document 0") and arrays[0].dtype == np.uint16)
     assert sum(1 for _ in tokenized) == 19 and len(pulled) == 20
 
 
