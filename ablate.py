@@ -14,7 +14,8 @@ plots.
 
 A config file is a train.py config plus optional `ablate_<name> = ...` lines for ablate.py's own
 settings, which the command line sets as --<name>=..., and --sweep=key=v1,v2 once per key (--help
-lists both kinds). A value repeated in modes, seeds, lrs or a sweep (--seeds=1,1) is run once.
+lists both kinds). A value repeated in modes, seeds, lrs or a sweep (--seeds=1,1) is run once, and
+so are rates alike to the 6 digits that name a run's folder.
 configurator.PRESETS (derf, peri, ...) are entries beside the modes; modes=all runs every one. A
 sweep of a size (n_layer, n_embd) gets its own figures.
 
@@ -100,7 +101,9 @@ LEAST = dict.fromkeys(("ablate_jobs", "ablate_nproc", "ablate_eval_limit"), 1)
 PER_RUN = dict(norm_mode="--modes", learning_rate="--lrs",
                min_lr="follows learning_rate at the config's ratio", seed="--seeds",
                out_dir="--out_dir, each run a folder in out_dir/ablate",
-               init_from="a run with a checkpoint is resumed")
+               init_from="a run with a checkpoint is resumed",
+               dry_run=("--dry_run checks every run and trains none, as ablate.py checks each "
+                        "before it trains"))
 TRAIN, EVAL = str(Path(__file__).with_name("train.py")), str(Path(__file__).with_name("eval.py"))
 
 
@@ -149,15 +152,25 @@ def configure(argv):
     unique = lambda values: list(dict.fromkeys(values))
     sweep = {k: unique(configurator.checked(k, v, settings, "the sweep") for v in vs)
              for k, vs in own["ablate_sweep"].items()}
+    for key, values in sweep.items():
+        # a run's folder is named by its sweep point: a / would put it elsewhere
+        if slashed := [v for v in values if "/" in str(v)]:
+            sys.exit(f"error: --sweep={key}={slashed[0]}: each value names a folder of its runs, "
+                     "and '/' would make it a path: choose values without '/'")
     base = {k: v for k, v in own.items() if not k.startswith("ablate_")}
     # each run's min_lr is its rate times min_lr / learning_rate: a ratio only above 0
     if (rate := base["learning_rate"]) <= 0:
         sys.exit(f"error: learning_rate={rate:g} leaves each run's min_lr no ratio to follow "
                  f"(min_lr / learning_rate): set it above 0; --lrs sets the runs' rates")
+    for name in ("seeds", "lrs"):
+        if own[f"ablate_{name}"] is not None and not listed(own[f"ablate_{name}"]):
+            sys.exit(f"error: {name} is an empty list: give one or more, or leave it out "
+                     "(the config's one)")
     seeds = unique(configurator.checked("seed", s, settings, "seeds")
                    for s in listed(own["ablate_seeds"]) or [base["seed"]])
+    # as the runs' folders name them (6 digits): rates that round alike are one run
     lrs = None if own["ablate_lrs"] is None else unique(
-        configurator.checked("learning_rate", lr, settings, "lrs")
+        rounded(configurator.checked("learning_rate", lr, settings, "lrs"))
         for lr in listed(own["ablate_lrs"]))
     evaluation = {k.removeprefix("ablate_eval_"): own[k]
                   for k in ("ablate_eval_tasks", "ablate_eval_limit", "ablate_eval_include_path")}
@@ -172,6 +185,12 @@ def configure(argv):
                 seeds_at=check_seeds_at(own["ablate_seeds_at"], sweep, settings),
                 sweep=sweep, nproc=own["ablate_nproc"], jobs=own["ablate_jobs"], given=given,
                 base=base)
+
+
+def rounded(lr):
+    """A learning rate to 6 digits, as a run's name gives it: 3 * 6e-4 is 0.0018, not
+    0.0018000000000000002."""
+    return float(f"{lr:.6g}")
 
 
 def ways_per_run(names):
@@ -236,7 +255,7 @@ def plan_runs(plan, root):
         # SimpleGPT trains at 3x the baseline's lr
         tripled = plan["lrs"] is None and mode == "simplenorm"
         for lr in plan["lrs"] or [plan["base"]["learning_rate"] * (3 if tripled else 1)]:
-            lr = float(f"{lr:.6g}")  # 3 * 6e-4 is 0.0018, not 0.0018000000000000002
+            lr = rounded(lr)
             for point in itertools.product(*(plan["sweep"][k] for k in keys)):
                 sweep = dict(zip(keys, point))
                 suffix = "".join(f"_{k}{v}" for k, v in zip(keys, point))
@@ -244,7 +263,7 @@ def plan_runs(plan, root):
                                                     for k, v in seeds_at if k in sweep):
                     continue  # seeds_at: the first seed only, here
                 name = f"{mode}_lr{lr:g}_s{seed}{suffix}"
-                per_run = dict(learning_rate=lr, min_lr=float(f"{lr * ratio:.6g}"), seed=seed,
+                per_run = dict(learning_rate=lr, min_lr=rounded(lr * ratio), seed=seed,
                                out_dir=str(root / name))
                 settings = entry_of(mode, plan["given"] | per_run, plan["entry"]) | sweep
                 runs.append(dict(name=name, group=f"{mode}_lr{lr:g}{suffix}", mode=mode, lr=lr,

@@ -89,13 +89,15 @@ def run_cli(main):
         print("stopped: the reader of its output closed it; files are written whole or not at all",
               file=sys.stderr)
         sys.exit(141)
-    # numpy's MemoryError, the RuntimeError of torch's CPU allocator, a GPU's OutOfMemoryError
+    # numpy's MemoryError, the RuntimeError of torch's CPU allocator, a GPU's OutOfMemoryError, and
+    # torch's for a tensor of more bytes than an address holds
     except (MemoryError, RuntimeError) as e:
-        if not (isinstance(e, MemoryError) or "can't allocate memory" in str(e)
+        too_big = ("can't allocate memory", "Storage size calculation overflowed")
+        if not (isinstance(e, MemoryError) or any(words in str(e) for words in too_big)
                 or type(e).__name__ == "OutOfMemoryError"):
             raise
         sys.exit(f"error: out of memory ({first_line(e)}): lower the sizes that set it "
-                 "(batch_size, block_size, n_layer, n_embd, vocab_size)")
+                 "(batch_size, block_size, n_layer, n_embd, ffn_dim_multiplier, vocab_size)")
     # done: a Ctrl-C while Python shuts down ends it by SIGINT's own action, not a traceback
     finally:
         signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -29,13 +29,20 @@ def pick_device(device):
         reason = first_line(e)[:120]
         sys.exit(f"error: device {device!r} is not usable here ({reason}): choose device='cpu' "
                  "or 'auto'")
+    if torch.device(device).type == "meta":  # shapes without numbers: nothing to train or time
+        sys.exit("error: device 'meta' holds shapes and no numbers, so nothing runs on it: "
+                 "choose device='cpu' or 'auto'")
     return device
 
 
 def planned_world():
     """How many processes run: torchrun's WORLD_SIZE (ablate.py sets it for train.py's dry run too),
     else 1."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    world = os.environ.get("WORLD_SIZE", "1")
+    if not world.isdigit() or int(world) < 1:
+        sys.exit(f"error: WORLD_SIZE={world!r} in the environment is no count of processes: "
+                 "unset it, or launch with torchrun, which sets it")
+    return int(world)
 
 
 def check_launch(device, backend, parallel):

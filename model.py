@@ -75,6 +75,7 @@ RES_SCALES = ("none", "layerscale", "lambda")
 QK_NORMS = (False, True, "none", "all_heads", "per_head")  # True is all_heads, False none (§14.7)
 GEO_DECAYS = ("harmonic", "sqrt", "linear", "none")
 GEO_RADII = ("sqrt_d", "embed")
+FP32_MAX = torch.finfo(torch.float32).max  # a float setting beyond it is inf in the model's math
 
 
 @dataclass
@@ -193,10 +194,13 @@ class GPTConfig:
         if type(self.qk_norm) not in (bool, str) or self.qk_norm not in QK_NORMS:
             raise ValueError(f"unknown qk_norm {self.qk_norm!r}: choose one of False, True, "
                              "'none', 'all_heads' or 'per_head'")
-        # inf or NaN would train on, to a frozen or NaN loss
+        # inf or NaN would train on, to a frozen or NaN loss; so would a value past FP32_MAX
         for name, value in vars(self).items():
             if type(value) is float and not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
+            if type(value) is float and abs(value) > FP32_MAX:
+                raise ValueError(f"{name} must lie within float32's range (±{FP32_MAX:.4g}), "
+                                 f"got {value!r}")
         for bad, message in self.invalid_combinations():
             if bad:
                 raise ValueError(message)

@@ -164,6 +164,8 @@ def configure(argv):
     cfg, given = configurator.parse_settings(argv, __file__, RANGES)
     check_out_dir(cfg["out_dir"], "out_dir")
     checkpoint.check_run_files(cfg["out_dir"])
+    # a log.jsonl that is not a run's stops the run now, before config.json is written beside it
+    logbook.read_events(Path(cfg["out_dir"]) / "log.jsonl")
     # a link loop, not a missing meta.json
     folder = dataset_folder(cfg["data_dir"], cfg["dataset"])
     nearest_entry(folder, "data_dir")
@@ -180,6 +182,12 @@ def configure(argv):
         sys.exit(f"error: {found} is a run's checkpoint, and init_from={cfg['init_from']!r} would "
                  "train a new run over it: set init_from='resume' to go on with it, or another "
                  f"out_dir; delete {found} to start over there")
+    # total_batch_size sets the micro-batches itself: a count given beside it would be dropped
+    if cfg["total_batch_size"] and given.get("gradient_accumulation_steps") is not None:
+        sys.exit(f"error: gradient_accumulation_steps={cfg['gradient_accumulation_steps']!r} is "
+                 f"given, but total_batch_size={cfg['total_batch_size']!r} sets it (the tokens "
+                 "of a step over batch_size * block_size): give one of them, "
+                 "total_batch_size=0 to set gradient_accumulation_steps")
     if cfg["gpas_gate_clip"] and not cfg["gpas"]:
         sys.exit(f"error: gpas_gate_clip={cfg['gpas_gate_clip']!r} clips GPAS's gates, but gpas is "
                  "off: set gpas=True, or gpas_gate_clip=0")
@@ -232,6 +240,12 @@ def load_dataset(cfg, master=None, ckpt=None):
         if dist.is_initialized():
             dist.barrier()
     if cfg.dataset == "pystdlib" and not (folder / "meta.json").exists():
+        # made after the checks, so a checkpoint can be checked against it only if it trained on it
+        if ckpt and "meta" in ckpt and (old := ckpt["config"].get("dataset")) != "pystdlib":
+            sys.exit(f"error: the checkpoint in {cfg.out_dir} was trained on {old}, and pystdlib "
+                     "is not prepared, so its data cannot be checked against the checkpoint's: "
+                     f"resume with --dataset={old}, or prepare it first: "
+                     "python prepare_data.py pystdlib")
         return None, None
     meta = load_meta(folder)
     data = dict(vocab_size=meta["vocab_size"])  # a token id past it is an error, in each batch read
@@ -256,9 +270,11 @@ def model_config(cfg, meta, ckpt):
     (GPT-2's while pystdlib is to be made); None for OpenAI's GPT-2, whose weights bring their
     own (on GPT-2 BPE data)."""
     if cfg.init_from not in ("scratch", "resume"):
-        if meta and meta["tokenizer"] != "gpt2":
+        # meta None: pystdlib, by char, to be made
+        tokenizer = meta["tokenizer"] if meta else "char"
+        if tokenizer != "gpt2":
             sys.exit(f"error: init_from={cfg.init_from} needs a dataset in GPT-2 BPE, "
-                     f"and {cfg.dataset} is by {meta['tokenizer']}: "
+                     f"and {cfg.dataset} is by {tokenizer}: "
                      "prepare one with prepare_data.py --tokenizer gpt2")
         return None
     config = configurator.model_config(cfg, meta or GPT2_META)

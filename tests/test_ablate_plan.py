@@ -283,7 +283,7 @@ def test_help_lists_ablates_settings_then_trains_saying_which_are_set_per_run(ca
             and printed.startswith(ablate.__doc__.strip() + "\n\nablate.py's settings:\n"))
     ours, _, trains = printed.partition("\ntrain.py's, passed on to every run (but norm_mode, "
                                         "learning_rate, min_lr, seed, out_dir, init_from, "
-                                        "set per run):\n")
+                                        "dry_run, set per run):\n")
     assert ("\nablate_sweep = {}" in ours and trains.startswith("# I/O\n")
             and "\nn_layer = " in trains)
 
@@ -298,9 +298,27 @@ def test_help_lists_ablates_settings_then_trains_saying_which_are_set_per_run(ca
     (["--sweep=n_layer=2=3"], ("n_layer", "int", "'2=3'", "sweep")),  # the key ends at the first =
     (["--seeds=1,2.5"], ("seed", "int", "2.5", "seeds")),
     (["--lrs=1e-3,True"], ("learning_rate", "float", "True", "lrs")),
+    # every run a dry run: none would finish
+    (["--sweep=dry_run=True"], ("dry_run", "per run", "dry_run: --dry_run checks every run")),
+    # a folder's name: a path would put runs outside out_dir
+    (["--sweep=wandb_run_name=a,b/../../x"],
+     ("--sweep=wandb_run_name=b/../../x", "names a folder", "without '/'")),
+    # the config's one, silently, before
+    (["--lrs=[]"], ("lrs is an empty list", "give one or more", "leave it out")),
+    (["--seeds=()"], ("seeds is an empty list", "give one or more", "leave it out")),
 ])
 def test_a_bad_value_in_the_sweep_seeds_or_lrs_is_one_line_that_says_where(args, words):
     mentions(error_of(ablate.configure, args), *words)
+
+
+def test_rates_that_round_alike_in_a_runs_name_are_one_run(tmp_path):
+    """A run's folder gives its rate to 6 digits: 0.0010000001 is 0.001's run, not a second seed of
+    it in the table."""
+    plan = ablate.configure(["--modes=pre", "--lrs=0.001,0.0010000001,2e-3", "--seeds=1"])
+    assert plan["lrs"] == [0.001, 0.002]
+    runs = ablate.plan_runs(plan, tmp_path)
+    assert [(run["name"], run["settings"]["learning_rate"]) for run in runs] == [
+        ("pre_lr0.001_s1", 0.001), ("pre_lr0.002_s1", 0.002)]
 
 
 @pytest.mark.parametrize("rate", ["0", "-0.002"])

@@ -298,7 +298,9 @@ class OutOfMemoryError(RuntimeError):
     MemoryError("Unable to allocate 745. GiB for an array with shape (100000000000,)"),  # numpy
     RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
                  "allocate memory: you tried to allocate 520000000000 bytes."),  # torch on a CPU
-    OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")])
+    OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
+    # torch, for a llama MLP 8.5e16 wide (ffn_dim_multiplier=1e15)
+    RuntimeError("Storage size calculation overflowed with sizes=[85000000000000000, 32]")])
 def test_run_cli_makes_memory_that_cannot_be_had_one_line_and_lets_other_errors_through(
         monkeypatch, error):
     """Sizes past the machine's (a batch of 1e11, a width of 2e9) fail where memory is allocated:
@@ -313,7 +315,7 @@ def test_run_cli_makes_memory_that_cannot_be_had_one_line_and_lets_other_errors_
     finally:
         signal.signal(signal.SIGINT, handler)
     mentions(message, "error: out of memory", str(error).split(".")[0], "lower", "batch_size",
-             "n_embd")
+             "n_embd", "ffn_dim_multiplier")
     assert "\n" not in message
     def bug(argv):
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")

@@ -47,12 +47,18 @@ def test_auto_is_this_machines_device_and_one_that_is_not_here_is_one_line(alone
     if not torch.backends.mps.is_available():  # torch's reason lists every backend it knows: cut
         message = error_of(devices.pick_device, "mps")
         assert len(message) < 300 and "choose device='cpu'" in message, message
+    # torch makes tensors there, but of shapes alone: a run would fail at its first number
+    mentions(error_of(devices.pick_device, "meta"), "device 'meta'", "no numbers",
+             "choose device='cpu' or 'auto'")
 
 
 def test_the_world_planned_is_torchruns_world_size_else_one(alone):
     assert devices.planned_world() == 1
     alone.setenv("WORLD_SIZE", "8")
     assert devices.planned_world() == 8
+    for bad in ("abc", "0", "-2", "", "2.0"):
+        alone.setenv("WORLD_SIZE", bad)
+        mentions(error_of(devices.planned_world), f"WORLD_SIZE={bad!r}", "unset it", "torchrun")
 
 
 def test_launches_that_cannot_run_are_one_line_before_any_process_group(alone):
@@ -64,13 +70,14 @@ def test_launches_that_cannot_run_are_one_line_before_any_process_group(alone):
     alone.setattr(dist, "is_nccl_available", lambda: True)
     message = error_of(devices.check_launch, "cpu", "nccl", "ddp")
     mentions(message, "backend='nccl'", "CUDA", "'cpu'", "backend='gloo'", "'auto'")
-    meta = "meta"  # a device torch makes tensors on, but no process group's
-    assert devices.check_launch(meta, "auto", "ddp") == "meta"  # one process: any device
+    # a device no process group runs on (Apple's GPU), as if this machine had one
+    alone.setattr(devices, "pick_device", lambda device: device)
+    assert devices.check_launch("mps", "auto", "ddp") == "mps"  # one process: any device
     for parallel, world, cause in (("fsdp", "1", "parallel='fsdp'"),
                                    ("ddp", "2", "torchrun's processes")):
         alone.setenv("WORLD_SIZE", world)
-        message = error_of(devices.check_launch, meta, "auto", parallel)
-        mentions(message, cause, "cuda or cpu", "'meta'")
+        message = error_of(devices.check_launch, "mps", "auto", parallel)
+        mentions(message, cause, "cuda or cpu", "'mps'")
     assert "fsdp" not in message  # ddp on two processes: the processes are the cause
 
 

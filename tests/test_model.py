@@ -891,6 +891,21 @@ def test_values_at_the_edge_of_their_range_are_valid(field, value):
     assert getattr(GPTConfig(**{field: value}), field) == value
 
 
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(GPTConfig)
+                                   if "float" in str(f.type)])
+def test_a_float_setting_past_float32s_range_is_one_line(field):
+    """The model computes in float32 (or narrower), where 1e39 is inf: a parameter, eps or scale
+    past FP32_MAX would train to a NaN or frozen loss. FP32_MAX itself is a number there."""
+    past = math.nextafter(M.FP32_MAX, math.inf)
+    for value in (past, -past):
+        with pytest.raises(ValueError) as info:
+            GPTConfig(**{field: value})
+        assert str(info.value) == (f"{field} must lie within float32's range (±3.403e+38), "
+                                   f"got {value!r}")
+    assert torch.tensor(M.FP32_MAX).isfinite()
+    assert GPTConfig(geo_alpha=M.FP32_MAX, layerscale_init=-M.FP32_MAX).geo_alpha == M.FP32_MAX
+
+
 @pytest.mark.parametrize("field, value, bounds", [("dropout", 1.0, "[0, 1)"),
                                                   ("norm_eps", -1e-9, ">= 0")])
 def test_values_just_outside_their_range_are_errors(field, value, bounds):

@@ -487,6 +487,19 @@ MISTAKES = {
     "a DyT alpha of 0": (["--norm_type=dyt", "--dyt_alpha_ffn=0"],
                          "dyt_alpha_ffn and dyt_alpha_final must"),
     "a bool for a float": (["--learning_rate=True"], "learning_rate must be float, got True"),
+    "a float past float32's range": (["--res_scale=layerscale", "--layerscale_init=1e39"],
+                                     "layerscale_init must lie within float32's range"),
+    "a negative one past it": (["--norm_mode=geonorm", "--geo_alpha=-1e300"],
+                               "geo_alpha must lie within float32's range"),
+    "the meta device": (["--device=meta"], "device 'meta' holds shapes and no numbers"),
+    "a micro-batch count beside total_batch_size": (
+        ["--total_batch_size=512", "--gradient_accumulation_steps=2"],
+        "gradient_accumulation_steps=2 is given, but total_batch_size=512 sets it"),
+    # pystdlib is made only once every check has passed, and none needs it made
+    "GPT-2 on pystdlib, not made yet": (["--init_from=gpt2", "--dataset=pystdlib"],
+                                        "needs a dataset in GPT-2 BPE, and pystdlib is by char"),
+    "resume: pystdlib, not made yet": (["--dataset=pystdlib", "resume"],
+                                       "trained on tiny, and pystdlib is not prepared"),
 }
 
 
@@ -507,6 +520,23 @@ def test_a_failed_check_is_one_line_and_leaves_out_dir_as_it_was(trained, mistak
             *["--init_from=resume"] * ("resume" in args)]
     assert says in error_of(train.main, argv)
     assert tree(trained) == before
+
+
+def test_a_new_run_over_a_file_that_is_no_log_is_one_line_and_leaves_the_folder_as_it_was(
+        trained, tmp_path):
+    """A new run empties out_dir's log.jsonl; one that is not a run's log (notes of one's own) is
+    one line before config.json beside it is written, and the dry run says so too."""
+    out_dir = tmp_path / "notes"
+    out_dir.mkdir()
+    (out_dir / "log.jsonl").write_text("my notes\n")
+    (out_dir / "config.json").write_text('{"mine": 1}\n')
+    before = tree(tmp_path)
+    for dry_run in (False, True):
+        argv = [f"--data_dir={trained / 'data'}", f"--out_dir={out_dir}", *TRAIN_TINY,
+                "--max_iters=2", f"--dry_run={dry_run}"]
+        mentions(error_of(train.main, argv), "log.jsonl, line 1, is not a log record",
+                 "'my notes'", "move it away")
+        assert tree(tmp_path) == before
 
 
 def truncate(path, by=1):
