@@ -212,7 +212,7 @@ def read_shard(path):
 
     def invalid(why):
         return SystemExit(f"error: {path} is not a valid token shard ({why}); "
-                          f"rebuild it with: {_prepare_command(path.parent)} --force")
+                          f"rebuild it with: {prepare_command(path.parent)} --force")
 
     try:
         header = np.fromfile(path, dtype=np.int32, count=HEADER_BYTES // 4)
@@ -259,10 +259,10 @@ def check_token_ids(rows, paths, vocab_size):
         if row.max() >= vocab_size:
             raise SystemExit(f"error: {path} holds token id {row.max()}, outside the vocabulary of "
                              f"{vocab_size} tokens in its meta.json: rebuild it with: "
-                             f"{_prepare_command(pathlib.Path(path).parent)} --force")
+                             f"{prepare_command(pathlib.Path(path).parent)} --force")
 
 
-def _prepare_command(folder):
+def prepare_command(folder):
     """The command that builds folder, for error messages; the dataset is the folder's name."""
     folder = pathlib.Path(folder)
     if folder.name in DATASETS and folder == pathlib.Path("data", folder.name):
@@ -285,12 +285,12 @@ def load_meta(data_dir):
     interrupted. One not of prepare_data.py's shape (a tokenizer, a vocabulary, shards per split) is
     a one-line error."""
     path = pathlib.Path(data_dir) / "meta.json"
-    corrupt = f"error: {path} is corrupt ({{}}): run  {_prepare_command(data_dir)} --force"
+    corrupt = f"error: {path} is corrupt ({{}}): run  {prepare_command(data_dir)} --force"
     try:
         meta = json.loads(path.read_text())
     except FileNotFoundError:
         raise SystemExit(f"error: {data_dir} is not prepared (no meta.json): run  "
-                         f"{_prepare_command(data_dir)}")
+                         f"{prepare_command(data_dir)}")
     except NotADirectoryError:  # a file on the way, not a folder holding a corrupt meta.json
         folder = pathlib.Path(data_dir)
         file = next(p for p in (folder, *folder.parents) if p.exists())

@@ -52,7 +52,7 @@ import logbook
 import measure
 import prepare_data
 from data import (GPT2_META, check_out_dir, dataset_folder, first_line, get_batch, load_meta,
-                  nearest_entry, read_shard, run_cli)
+                  nearest_entry, prepare_command, read_shard, run_cli)
 from model import GPT, GPT2_NAMES, from_gpt2
 
 # settings: the assignments between the two rulers, read by configurator.py (python train.py --help)
@@ -245,7 +245,7 @@ def load_dataset(cfg, master=None, ckpt=None):
             sys.exit(f"error: the checkpoint in {cfg.out_dir} was trained on {old}, and pystdlib "
                      "is not prepared, so its data cannot be checked against the checkpoint's: "
                      f"resume with --dataset={old}, or prepare it first: "
-                     "python prepare_data.py pystdlib")
+                     f"{prepare_command(folder)}")
         return None, None
     meta = load_meta(folder)
     data = dict(vocab_size=meta["vocab_size"])  # a token id past it is an error, in each batch read

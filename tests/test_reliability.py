@@ -499,7 +499,8 @@ MISTAKES = {
     "GPT-2 on pystdlib, not made yet": (["--init_from=gpt2", "--dataset=pystdlib"],
                                         "needs a dataset in GPT-2 BPE, and pystdlib is by char"),
     "resume: pystdlib, not made yet": (["--dataset=pystdlib", "resume"],
-                                       "trained on tiny, and pystdlib is not prepared"),
+                                       "resume with --dataset=tiny, or prepare it first: "
+                                       "python prepare_data.py pystdlib --out "),
 }
 
 
