@@ -294,10 +294,11 @@ def test_help_lists_ablates_settings_then_trains_saying_which_are_set_per_run(ca
     # each names its own way: out_dir's is no --lrs
     (["--sweep=out_dir=a,b", "--sweep=learning_rate=1,2"],
      ("learning_rate, out_dir", "per run", "learning_rate: --lrs", "out_dir: --out_dir")),
-    (["--sweep=n_layer=2,x"], ("n_layer", "int", "'x'", "sweep")),
-    (["--sweep=n_layer=2=3"], ("n_layer", "int", "'2=3'", "sweep")),  # the key ends at the first =
-    (["--seeds=1,2.5"], ("seed", "int", "2.5", "seeds")),
-    (["--lrs=1e-3,True"], ("learning_rate", "float", "True", "lrs")),
+    (["--sweep=n_layer=2,x"], ("n_layer", "int", "'x' in the sweep")),
+    # the key ends at the first =
+    (["--sweep=n_layer=2=3"], ("n_layer", "int", "'2=3' in the sweep")),
+    (["--seeds=1,2.5"], ("seed", "int", "2.5 in seeds")),
+    (["--lrs=1e-3,True"], ("learning_rate", "float", "True in lrs")),
     # every run a dry run: none would finish
     (["--sweep=dry_run=True"], ("dry_run", "per run", "dry_run: --dry_run checks every run")),
     # a folder's name: a path would put runs outside out_dir
