@@ -834,6 +834,8 @@ def test_estimate_mfu_of_a_hand_counted_model():
     (dict(arch="llama", bias=True), ("arch='llama'", "bias=False")),
     (dict(n_kv_head=3), ("n_head=4", "n_kv_head=3", "divisors of n_head")),
     (dict(n_kv_head=0), ("n_kv_head", "positive int", "0")),
+    # the other sizes checked too when n_kv_head is given
+    (dict(n_kv_head=2, n_layer=0), ("n_layer", "positive int", "0")),
     (dict(arch="llama", n_embd=60, n_head=4), ("n_embd/n_head = 15 is odd", "head size is even")),
     (dict(multiple_of=0), ("multiple_of", "positive int", "0")),
     (dict(ffn_dim_multiplier=-1.0), ("ffn_dim_multiplier", "None or > 0", "-1.0")),
@@ -893,9 +895,14 @@ def test_values_at_the_edge_of_their_range_are_valid(field, value):
 
 @pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(GPTConfig)
                                    if "float" in str(f.type)])
-def test_a_float_setting_past_float32s_range_is_one_line(field):
-    """The model computes in float32 (or narrower), where 1e39 is inf: a parameter, eps or scale
-    past FP32_MAX would train to a NaN or frozen loss. FP32_MAX itself is a number there."""
+def test_a_float_setting_not_finite_or_past_float32s_range_is_one_line(field):
+    """NaN or inf (from Python: train.py's settings are checked before), or a value the model's
+    float32 makes inf (1e39): a parameter, eps or scale that would train to a NaN or frozen loss.
+    FP32_MAX itself is a number there."""
+    for value in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValueError) as info:
+            GPTConfig(**{field: value})
+        assert str(info.value) == f"{field} must be a finite number, got {value!r}"
     past = math.nextafter(M.FP32_MAX, math.inf)
     for value in (past, -past):
         with pytest.raises(ValueError) as info:
