@@ -414,8 +414,11 @@ def test_the_checks_only_train_py_makes_are_whole_lines(data_dir, tmp_path, monk
     argv = [f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *TRAIN_TINY]
     message = error_of(train.configure, [*argv, "--parallel=fsdp", "--log_layer_stats=True"])
     mentions(message, "log_layer_stats", "whole model", "parallel='ddp'")
-    message = error_of(train.main, [*argv, "--parallel=fsdp", "--device=meta"])  # devices' check
-    mentions(message, "parallel='fsdp'", "cuda or cpu", "'meta'")
+    # devices' check, on a device no process group runs on (Apple's GPU), as if this machine had one
+    with monkeypatch.context() as here:
+        here.setattr(devices, "pick_device", lambda device: device)
+        message = error_of(train.main, [*argv, "--parallel=fsdp", "--device=mps"])
+    mentions(message, "parallel='fsdp'", "cuda or cpu", "'mps'")
     message = error_of(train.configure, [*argv, "--parallel=fsdp", "--norm_mode=ngpt"])
     mentions(message, "ngpt", "parallel='fsdp'", "not supported", "parallel='ddp'")
     mentions(error_of(train.main, [*argv, "--init_from=gpt2"]), "init_from=gpt2", "GPT-2 BPE",
