@@ -77,10 +77,7 @@ def block_activation_bytes(config, dtype, width=None):
         narrow, wider = (block_activation_bytes(config, dtype, k * config.n_head) for k in (8, 16))
         return narrow + (wider - narrow) * (config.n_embd - 8 * config.n_head) / (8 * config.n_head)
 
-    def saved(n_layer, T):
-        copy = dataclasses.replace(config, n_layer=n_layer, n_embd=width, block_size=T,
-                                   vocab_size=64, multiple_of=1)
-        model = GPT(copy).eval()  # multiple_of 1: llama's MLP keeps its width's ratio to n_embd
+    def saved(model, T):
         storages, idx = {}, torch.zeros(1, T, dtype=torch.long)
 
         def pack(t):
@@ -92,9 +89,16 @@ def block_activation_bytes(config, dtype, width=None):
             loss = model(idx, idx)[1]
         return sum(storages.values())
 
+    def narrow(n_layer):
+        # multiple_of 1: llama's MLP keeps its width's ratio to n_embd
+        copy = dataclasses.replace(config, n_layer=n_layer, n_embd=width, block_size=64,
+                                   vocab_size=64, multiple_of=1)
+        return GPT(copy).eval()
+
     # the narrow models' init leaves the run's random draws alone
     with torch.random.fork_rng(devices=[]):
-        return (saved(2, 64) - saved(1, 64) - saved(2, 32) + saved(1, 32)) / 32
+        one, two = narrow(1), narrow(2)
+        return (saved(two, 64) - saved(one, 64) - saved(two, 32) + saved(one, 32)) / 32
 
 
 def memory_estimate(model, cfg, world, dtype):
