@@ -69,15 +69,16 @@ def test_a_tiny_run_learns_and_writes_a_valid_log_and_checkpoint(data_dir, tmp_p
 @pytest.mark.parametrize("mode", NORM_MODES)
 def test_resume_repeats_an_uninterrupted_run_bit_for_bit(data_dir, tmp_path, mode, arch):
     # dropout: its masks too
-    args = [f"--norm_mode={mode}", f"--arch={arch}", "--dropout=0.1", "--lr_decay_iters=12"]
-    run(data_dir, tmp_path / "whole", "--max_iters=12", *args)
-    run(data_dir, tmp_path / "parts", "--max_iters=7", *args)
-    # the rest from the checkpoint
-    run(data_dir, tmp_path / "parts", "--max_iters=12", "--init_from=resume")
+    args = [f"--norm_mode={mode}", f"--arch={arch}", "--dropout=0.1", "--lr_decay_iters=8"]
+    run(data_dir, tmp_path / "whole", "--max_iters=8", *args)
+    # stopped after the warmup, between two evaluations
+    run(data_dir, tmp_path / "parts", "--max_iters=3", *args)
+    # the rest from the checkpoint, past the evaluation at 5 and down the cosine
+    run(data_dir, tmp_path / "parts", "--max_iters=8", "--init_from=resume")
 
     assert losses(tmp_path / "parts") == losses(tmp_path / "whole")  # exact floats, each step once
     kinds = lambda log: [(e["event"], e["iter"]) for e in log]
-    stop_eval = ("eval", 7)  # the first part evaluated where it stopped, at its max_iters
+    stop_eval = ("eval", 3)  # the first part evaluated where it stopped, at its max_iters
     assert [k for k in kinds(events(tmp_path / "parts"))
             if k != stop_eval] == kinds(events(tmp_path / "whole"))
     whole, parts = (torch.load(tmp_path / d / "ckpt.pt", weights_only=True)
