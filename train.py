@@ -164,8 +164,6 @@ def configure(argv):
     cfg, given = configurator.parse_settings(argv, __file__, RANGES)
     check_out_dir(cfg["out_dir"], "out_dir")
     checkpoint.check_run_files(cfg["out_dir"])
-    # a log.jsonl that is not a run's stops the run now, before config.json is written beside it
-    logbook.read_events(Path(cfg["out_dir"]) / "log.jsonl")
     # a link loop, not a missing meta.json
     folder = dataset_folder(cfg["data_dir"], cfg["dataset"])
     nearest_entry(folder, "data_dir")
@@ -182,6 +180,10 @@ def configure(argv):
         sys.exit(f"error: {found} is a run's checkpoint, and init_from={cfg['init_from']!r} would "
                  "train a new run over it: set init_from='resume' to go on with it, or another "
                  f"out_dir; delete {found} to start over there")
+    else:
+        # a log.jsonl that is not a run's stops a new run now, before config.json is written beside
+        # it (check_resume reads a resumed run's)
+        logbook.read_events(Path(cfg["out_dir"]) / "log.jsonl")
     # total_batch_size sets the micro-batches itself: a count given beside it would be dropped
     if cfg["total_batch_size"] and given.get("gradient_accumulation_steps") is not None:
         sys.exit(f"error: gradient_accumulation_steps={cfg['gradient_accumulation_steps']!r} is "
