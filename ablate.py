@@ -59,7 +59,8 @@ import configurator
 from logbook import claim, evaluated, read_log
 from configurator import entry_of, varies
 from plots import plot_all
-from results import race, race_table, results_text, size_key, size_table, summarize, table
+from results import (race, race_table, results_text, runs_table, size_key, size_table, summarize,
+                     table)
 from data import atomic_write, check_out_dir, first_line, print_help, run_cli
 
 # settings: the assignments between the two rulers, read by configurator.py (python ablate.py
@@ -442,8 +443,9 @@ def draw_figures(runs, plan, root):
     pngs = plot_all(groups, plan, folder)
     # loss per mode and size
     sized = f"\n\n{size_table(groups, plan, key)}" if (key := size_key(plan)) else ""
-    # each entry at its best lr
-    raced = f"\n\n{race_table(rows)}" if (rows := race(groups, plan)) else ""
+    # each entry at its best lr, then every run by rate and seed
+    rows = race(groups, plan)
+    raced = f"\n\n{race_table(rows)}\n\n{runs_table(groups, rows)}" if rows else ""
     print(f"{table(groups)}{sized}{raced}\n\nwrote {', '.join(pngs)} in {folder}")
     if unfinished := [r["name"] for g in groups for r in g["runs"]
                       if r["status"] not in ("finished", "diverged")]:

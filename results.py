@@ -179,7 +179,9 @@ def results_text(groups, plan, argv, pngs):
               f"diverged, and the mean is 5% or more below {baseline_text(raced)}); the loss "
               f"there, mean ± sample std; the gap to pre at pre's best rate, paired by seed, mean "
               f"with its 95% interval (Student's t) and the number of seeds:\n\n"
-              f"{race_table(raced)}\n\n") if raced else ""
+              f"{race_table(raced)}\n\nEvery run's final val loss, by learning rate and seed "
+              f"(s1: seed 1; in bold, the entry's best rate):\n\n"
+              f"{runs_table(groups, raced)}\n\n") if raced else ""
     return (f"# Ablation\n\n`python ablate.py {' '.join(argv)}`\n\nFinal val loss: at the last "
             f"step, mean ± sample std over the seeds that finished; best: the lowest evaluation, "
             f"mean over them; time/run: a run's wall time, mean over them.{tasks}\n\n"
@@ -278,15 +280,27 @@ def finished_seeds(g):
     return {r["seed"]: r["final_val_loss"] for r in g["runs"] if r["status"] == "finished"}
 
 
+def rate_families(groups):
+    """{(mode, sweep point as sorted pairs): its groups}: the groups that differ only in their
+    learning rate, in the order planned."""
+    families = {}
+    for g in groups:
+        families.setdefault((g["mode"], tuple(sorted(g["sweep"].items()))), []).append(g)
+    return families
+
+
+def entry_name(mode, sweep):
+    """A race table's entry: the mode and its sweep point, as in 'post n_layer=16'."""
+    return mode + "".join(f" {k}={v}" for k, v in sweep.items())
+
+
 def race(groups, plan):
     """Each entry at its own best learning rate, where the ablation swept rates: per family of
     groups that differ only in their rate, the best (lowest mean final val loss among the rates that
     train), its runs, the largest rate that trains (trains), whether the best is inside the grid
     (not at its edge), the gap to pre at pre's own best rate, paired by seed (95% interval over the
     seeds both have). [] for one rate."""
-    families = {}
-    for g in groups:
-        families.setdefault((g["mode"], tuple(sorted(g["sweep"].items()))), []).append(g)
+    families = rate_families(groups)
     baseline = frequency_loss(plan) if any(len(f) > 1 for f in families.values()) else None
     rows = {}
     for (mode, point), members in families.items():
@@ -351,7 +365,7 @@ def race_table(rows):
              "inside the grid | − pre at each one's best lr (95% interval, seeds) |",
              "|---|---|---|---|---|---|---|"]
     for row in rows:
-        name = row["mode"] + "".join(f" {k}={v}" for k, v in row["sweep"].items())
+        name = entry_name(row["mode"], row["sweep"])
         if row["best_lr"] is None:
             lines.append(f"| {name} | — | {'no rate trains' if row['ended'] else 'none finished'}"
                          " | — | — | — | — |")
@@ -371,6 +385,33 @@ def race_table(rows):
                       "baseline is not computed and every rate where a seed finished and none "
                       "diverged counts, even one whose runs learned no context: prepare the "
                       "dataset (prepare_data.py) and draw the tables again."]
+    return "\n".join(lines)
+
+
+def seeds_cell(g):
+    """A rate's runs for the table of every run: each seed that ended, in seed order, as 's1 1.6692'
+    or 's2 diverged'; — where none did."""
+    ended = sorted((r for r in g["runs"] if r["status"] in ("finished", "diverged")),
+                   key=lambda r: r["seed"])
+    cells = [f"s{r['seed']} " + (f"{r['final_val_loss']:.4f}" if r["status"] == "finished"
+                                 else "diverged") for r in ended]
+    return ", ".join(cells) or "—"
+
+
+def runs_table(groups, rows):
+    """results.md's table of every run of a race: a row per entry, a column per learning rate, each
+    cell its seeds' final val losses; the entry's best rate (rows: race's) in bold."""
+    rates = sorted({g["lr"] for g in groups})
+    best = {(row["mode"], tuple(row["sweep"].items())): row["best_lr"] for row in rows}
+    lines = ["| entry | " + " | ".join(f"lr {lr:g}" for lr in rates) + " |",
+             "|---|" + "---|" * len(rates)]
+    for (mode, point), members in rate_families(groups).items():
+        at = {g["lr"]: g for g in members}
+        cells = []
+        for lr in rates:
+            cell = seeds_cell(at[lr]) if lr in at else "—"
+            cells.append(f"**{cell}**" if lr == best.get((mode, point)) else cell)
+        lines.append(f"| {entry_name(mode, dict(point))} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -452,6 +452,25 @@ def test_figures_of_a_size_sweep_print_its_size_table_into_a_folder_made_with_it
     assert ablate_main(*args) == printed  # drawn again into the folder it made
 
 
+def test_figures_of_a_race_print_its_two_tables_after_the_runs_table(tmp_path):
+    """A sweep of rates: results.md's table, then the race's (each entry at its best rate) and the
+    table of every run, as results.py draws them, then the figures written."""
+    for mode in ("pre", "post"):
+        for lr in ("0.001", "0.002"):
+            fake_run(tmp_path / "out" / "ablate" / f"{mode}_lr{lr}_s1", 1)
+    folder = tmp_path / "figures"
+    args = [f"--out_dir={tmp_path / 'out'}", f"--data_dir={tmp_path / 'data'}", "--modes=pre,post",
+            "--lrs=1e-3,2e-3", "--seeds=1", f"--figures={folder}"]
+    printed = ablate_main(*args)
+    plan = ablate.configure(args)
+    groups = results.summarize(ablate.plan_runs(plan, tmp_path / "out" / "ablate"), plan)
+    rows = results.race(groups, plan)
+    assert [row["mode"] for row in rows] == ["pre", "post"]
+    assert printed == (f"{results.table(groups)}\n\n{results.race_table(rows)}\n\n"
+                       f"{results.runs_table(groups, rows)}\n\nwrote val_loss.png, lr.png, "
+                       f"grad_norm.png, resid_rms.png, angle.png in {folder}\n")
+
+
 # ---------------------------------------------------------------- main, with stand-ins for the runs
 
 FAKE_PYTHON = '''#!{python}

@@ -1019,6 +1019,42 @@ def test_an_entrys_grid_is_the_rates_it_ran_not_every_rate_the_plan_names(tmp_pa
     assert "| geonorm | 0.001 |" in table and "| 0.002 | no: at the edge |" in table
 
 
+def test_the_table_of_every_run_gives_each_seeds_loss_at_each_rate_with_the_best_in_bold(
+        tmp_path):
+    """A row per entry and sweep point, a column per rate; in each cell the seeds that ended, in
+    seed order whatever order the runs come in, a diverged one said; a failed or unstarted seed
+    left out, a rate with none ended —; only each entry's own best rate, at its own sweep point,
+    in bold; the entries in the runs' order; and results.md carries the table under the race's."""
+    plan, runs = plan_of(tmp_path, "--modes=pre,post,geonorm", "--lrs=1e-3,2e-3,4e-3",
+                         "--seeds=1,2", "--sweep=n_layer=2,4")
+    for run in runs:
+        key, seed = (run["mode"], run["lr"]), run["seed"]
+        if run["settings"]["n_layer"] == 2:
+            if (key, seed) == (("post", 2e-3), 1):
+                write_run(run["dir"], [(0, 4.0), (10, 1.9)])
+        elif (key, seed) == (("post", 1e-3), 1):
+            write_run(run["dir"], [(0, 4.0)], "failed")
+        elif key != ("post", 1e-3) and (key, seed) != (("pre", 2e-3), 2):
+            last = RACE[key][seed - 1]
+            write_run(run["dir"], [(0, 4.0), (10, last)],
+                      "finished" if math.isfinite(last) else "diverged")
+    groups = results.summarize(runs[::-1], plan)
+    rows = results.race(groups, plan)
+    assert results.runs_table(groups, rows).splitlines() == [
+        "| entry | lr 0.001 | lr 0.002 | lr 0.004 |",
+        "|---|---|---|---|",
+        "| geonorm n_layer=4 | **s1 1.7200, s2 1.7300** | s1 1.7800, s2 1.7400 "
+        "| s1 1.6000, s2 diverged |",
+        "| geonorm n_layer=2 | — | — | — |",
+        "| post n_layer=4 | — | s1 1.7500, s2 1.8000 | **s1 1.6600, s2 1.6900** |",
+        "| post n_layer=2 | — | **s1 1.9000** | — |",
+        "| pre n_layer=4 | s1 1.8000, s2 1.8200 | **s1 1.7000** | s1 1.7100, s2 1.7500 |",
+        "| pre n_layer=2 | — | — | — |"]
+    text = results.results_text(groups, plan, ["CONFIG"], [])
+    assert f"{results.race_table(rows)}\n\nEvery run's" in text
+    assert f"\n\n{results.runs_table(groups, rows)}\n\n" in text
+
+
 def test_a_race_tables_rows_say_what_their_records_hold():
     """An entry's name carries its sweep point; one seed has no spread; the best inside the grid
     says yes, one rate run says it has no grid; and a race of one entry without the dataset still
@@ -1070,6 +1106,7 @@ def test_the_race_table_on_its_page_is_the_one_its_committed_runs_give(tmp_path,
     rows = results.race(results.summarize(runs, plan), plan)
     assert f"{rows[0]['frequency_loss']:.4f}" == baseline
     assert f"\n{results.race_table(rows)}\n" in section
+    assert f"\n{results.runs_table(results.summarize(runs, plan), rows)}\n" in section
 
 
 @pytest.mark.parametrize("n, t", [(2, 12.706), (3, 4.303), (5, 2.776), (31, 2.042), (40, 1.96)])
