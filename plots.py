@@ -17,6 +17,10 @@ from results import SIZES, by_size, finished_seeds, label, mean_std, read_meta, 
 
 # inches, before the legend: at 100 dpi about 800 × 400 pixels and 20 KB, for the README
 WIDE, TALL = 6.4, 3.6
+# lr.png: panels a row, inches a panel, and the nats above the lowest loss its axes show
+LR_COLUMNS = 4
+LR_PANEL = 2.2, 1.8
+LR_SPAN = 1.0
 HOUSE_STYLE = {"savefig.dpi": 100, "figure.constrained_layout.use": True, "axes.grid": True,
                "axes.grid.which": "both", "grid.alpha": 0.3, "axes.titlesize": "medium",
                "figure.titlesize": "medium", "legend.fontsize": "small", "legend.frameon": False}
@@ -88,14 +92,16 @@ def log_if_wide(ax, values):
 
 
 def finish(fig, ax, title, path):
-    """Title above, the legend right of ax (never over a line), and the PNG. The legend is left out
-    of the layout and the image grows to hold it: every plot keeps its size however long its
-    legend."""
+    """Title above, the legend right of ax (never over a line; none for ax None), and the PNG. The
+    legend is left out of the layout and the image grows to hold it: every plot keeps its size
+    however long its legend."""
     fig.suptitle(title)
-    legend = ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1))
-    legend.set_in_layout(False)
+    extra = fig.get_default_bbox_extra_artists()
+    if ax is not None:
+        legend = ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1))
+        legend.set_in_layout(False)
+        extra.append(legend)
     drawn, small = io.BytesIO(), io.BytesIO()
-    extra = fig.get_default_bbox_extra_artists() + [legend]
     fig.savefig(drawn, format="png", bbox_inches="tight", bbox_extra_artists=extra)
     plt.close(fig)
     # 256 colours draw lines on white as well as millions do, in a third of the bytes (Pillow:
@@ -142,38 +148,77 @@ def plot_val_loss(groups, plan, path):
     finish(fig, ax, f"{title}\n{setting(groups, plan)}", path)
 
 
-def plot_lr(groups, plan, path):
-    """Final val loss against learning rate, the papers' lr-sensitivity figure: a line per mode and
-    sweep point through the means, each seed a point and error bars of ±1 sample std, each family a
-    little apart sideways; an x at the top where a seed diverged."""
-    fig, ax = plt.subplots(figsize=(WIDE, TALL))
-    families = {}  # the groups that differ only in learning rate
+def lr_families(groups, plan):
+    """{legend label without the rate: its groups}: the groups that differ only in their rate."""
+    families = {}
     for g in groups:
         families.setdefault(label(g, plan, with_lr=False), []).append(g)
+    return families
+
+
+def pre_line(families, members):
+    """The groups of pre at members' sweep point that finished: the grey line of members' panel
+    (none on pre's own)."""
+    pre = next((m for m in families.values() if m[0]["mode"] == "pre"
+                and m[0]["sweep"] == members[0]["sweep"] and m is not members), [])
+    return [g for g in pre if g["final_val_loss"]]
+
+
+def lr_panel(ax, members, color, top, reference):
+    """One entry's final val loss against the rate: a line through the means, ±1 sample std bars,
+    each seed a point, the reference's means in grey dashes; at the top of the axes an x where a
+    seed diverged, a ^ where the mean lies above top."""
+    if reference:
+        ax.plot([g["lr"] for g in reference], [g["final_val_loss"][0] for g in reference], "--",
+                color="0.6", linewidth=1)
+    ok = [g for g in members if g["final_val_loss"]]
+    if ok:
+        mean, std = zip(*(g["final_val_loss"] for g in ok))
+        ax.plot([g["lr"] for g in ok], mean, "-", marker="o", color=color)
+        ax.errorbar([g["lr"] for g in ok], mean, std, fmt="none", color=color, capsize=3)
+        seeds = [(g["lr"], loss) for g in ok for loss in finished_seeds(g).values()]
+        ax.scatter(*zip(*seeds), s=10, color=color, alpha=0.6, zorder=3)
+    marks = [(g["lr"], "x") for g in members if g["diverged"]]
+    marks += [(g["lr"], "^") for g in ok if top is not None and g["final_val_loss"][0] > top]
+    for lr, marker in marks:
+        ax.plot(lr, 0.97, marker, color=color, markersize=9 if marker == "x" else 6, mew=2,
+                transform=ax.get_xaxis_transform())
+
+
+def plot_lr(groups, plan, path):
+    """Final val loss against learning rate, the papers' lr-sensitivity figure: a panel per entry
+    that ran (its groups that differ only in their rate), the panels sharing their axes, each with
+    pre's line in grey to read it against. The axes reach LR_SPAN above the lowest mean: a rate
+    whose runs learned nothing (3.35 nats on tiny Shakespeare) would flatten every other curve."""
+    # an entry with no run ended (a race half-way) has nothing to draw
+    families = {family: members for family, members in lr_families(groups, plan).items()
+                if any(g["finished"] or g["diverged"] for g in members)}
+    cols = min(len(families), LR_COLUMNS)
+    rows = math.ceil(len(families) / cols)
+    fig, axes = plt.subplots(rows, cols, sharex=True, sharey=True, squeeze=False,
+                             figsize=(LR_PANEL[0] * cols, LR_PANEL[1] * rows))
     style = styles({family: members[0]["mode"] for family, members in families.items()})
-    for k, (family, members) in enumerate(families.items()):
-        color, ls = style[family]
-        # side by side, not one error bar over another
-        dodge = 10 ** (0.005 * (k - (len(families) - 1) / 2))
-        ok = [g for g in members if g["final_val_loss"]]
-        if ok:
-            mean, std = zip(*(g["final_val_loss"] for g in ok))
-            lrs = [g["lr"] * dodge for g in ok]
-            # a line, so the legend keeps this order
-            ax.plot(lrs, mean, ls, marker="o", color=color, label=family)
-            ax.errorbar(lrs, mean, std, fmt="none", color=color, capsize=3)
-            seeds = [(g["lr"] * dodge, loss) for g in ok for loss in finished_seeds(g).values()]
-            ax.scatter(*zip(*seeds), s=10, color=color, alpha=0.6, zorder=3)
-        for i, g in enumerate(g for g in members if g["diverged"]):
-            ax.plot(g["lr"] * dodge, 0.97, "x", color=color, markersize=9, mew=2,
-                    transform=ax.get_xaxis_transform(),
-                    label=None if ok or i else f"{family} (diverged)")
+    means = [g["final_val_loss"][0] for g in groups if g["final_val_loss"]]
+    top = min(means) + LR_SPAN if means and max(means) > min(means) + LR_SPAN else None
+    references = {family: pre_line(families, members) for family, members in families.items()}
+    for ax, (family, members) in zip(axes.flat, families.items()):
+        lr_panel(ax, members, style[family][0], top, references[family])
+        ax.set_title(family)
+    # the empty places of the last row: gone, and the panels above them show their rates
+    for k, ax in enumerate(axes.flat[len(families):], start=len(families)):
+        ax.remove()
+        axes.flat[k - cols].xaxis.set_tick_params(labelbottom=True)
     lrs = [g["lr"] for g in groups]
-    ax.set(xscale="log", xlim=(min(lrs) / 2, max(lrs) * 2), xlabel="peak learning rate (log scale)",
-           ylabel=f"final validation loss ({loss_unit(plan)})")
-    title = ("Final validation loss against learning rate"
-             + " (x: diverged)" * any(g["diverged"] for g in groups))
-    finish(fig, ax, f"{title}\n{setting(groups, plan, with_lr=False)}", path)
+    axes[0, 0].set(xscale="log", xlim=(min(lrs) / 1.5, max(lrs) * 1.5))
+    if top is not None:
+        axes[0, 0].set_ylim(top=top)
+    fig.supxlabel("peak learning rate (log scale)", fontsize="small")
+    fig.supylabel(f"final validation loss ({loss_unit(plan)})", fontsize="small")
+    marks = ["grey dashes: pre"] * any(references.values())
+    marks += ["x: diverged"] * any(g["diverged"] for g in groups)
+    marks += [f"^: above {top:.2f}"] if top is not None else []
+    title = "Final validation loss against learning rate" + f" ({'; '.join(marks)})" * bool(marks)
+    finish(fig, None, f"{title}\n{setting(groups, plan, with_lr=False)}", path)
 
 
 def plot_layers(groups, plan, key, ylabel, what, path):
@@ -246,7 +291,7 @@ def plot_all(groups, plan, folder):
     """Every figure the runs allow, into folder; returns their file names: none when no run finished
     or diverged (an empty figure would only say so). A size sweep gets final loss against the size
     and the parameters, and at each size the validation loss, gradient norm and rotation angle per
-    block."""
+    block; a sweep of rates, final loss against the rate."""
     if not any(g["finished"] or g["diverged"] for g in groups):
         return []
     key, pngs = size_key(plan), []
@@ -265,8 +310,9 @@ def plot_all(groups, plan, folder):
                                  # the papers' argument: per block, per depth
                                  f"_{key}{v}", ("val_loss", "grad_norm", "angle"))
         every = ("val_loss", *(name for name, _, _ in LAYER_FIGURES))
-        pngs += plot_one(groups, plan, folder, "", () if key else every,
-                         lr=not key or len(plan["lrs"] or []) > 1)  # not simplenorm's 3x alone
+        # against the rate where an entry ran two or more (simplenorm's 3× alone is one)
+        swept = any(len(members) > 1 for members in lr_families(groups, plan).values())
+        pngs += plot_one(groups, plan, folder, "", () if key else every, lr=swept)
     return pngs
 
 

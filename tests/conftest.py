@@ -374,7 +374,8 @@ ABLATE_TINY = ["--dataset=tiny", "--n_layer=2", "--n_head=2", "--n_embd=32", "--
                "--warmup_iters=2", "--max_iters=10", "--learning_rate=3e-3", "--seeds=1"]
 COLUMNS = ["mode", "settings", "lr", "seeds", "final val loss", "− pre, same seed",
            "best val loss", "diverged", "tokens/s", "time/run"]
-PLOTS = ["val_loss.png", "lr.png", "grad_norm.png", "resid_rms.png", "angle.png"]
+# the figures of an ablation at one rate (lr.png is drawn where an entry ran two or more)
+PLOTS = ["val_loss.png", "grad_norm.png", "resid_rms.png", "angle.png"]
 
 
 def write_run(folder, evals, status="finished", speeds=(1000.0,), seconds=None, stats=None,

@@ -502,66 +502,97 @@ def test_a_flat_curve_leaves_the_axes_to_matplotlib(tmp_path, drawn, recwarn):
     assert low < 2.0 < high and not [str(w.message) for w in recwarn]
 
 
-def test_the_learning_rate_figure_is_final_loss_per_rate_with_error_bars_a_little_apart(
-        tmp_path, drawn):
-    """A line per mode over its rates, each mode shifted sideways by a factor (10 ** 0.005 per mode,
-    centred); an x at the top for a diverged rate, labelled only where its mode has no line."""
-    plan, runs = plan_of(tmp_path, "--modes=pre,geonorm,post", "--lrs=1e-3,1e-2", "--seeds=1,2")
+def marks_at_the_top(ax, marker):
+    """The rates of ax's marks of this kind, each checked to sit at 0.97 of the axes' height."""
+    box, rates = ax.get_window_extent(), []
+    for line in (line for line in ax.get_lines() if line.get_marker() == marker):
+        x, y = line.get_xdata()[0], line.get_ydata()[0]
+        assert line.get_transform().transform((x, y))[1] == pytest.approx(
+            box.y0 + 0.97 * box.height)
+        rates.append(x)
+    return rates
+
+
+def test_the_learning_rate_figure_is_a_panel_per_entry_with_pres_line_in_grey(tmp_path, drawn):
+    """A panel per entry that ran, in the order planned, four to a row on shared axes: its line
+    through the means at its rates in its colour, ±1 sample std bars, each finished seed a point;
+    pre's means in grey dashes on every other panel; at the top an x for a diverged rate and a ^
+    for a mean above the axes, which reach 1 nat over the lowest mean."""
+    plan, runs = plan_of(tmp_path, "--modes=pre,geonorm,post,deep,lns,sandwich",
+                         "--lrs=1e-3,1e-2", "--seeds=1,2")
     for run in runs:
+        if run["mode"] == "sandwich":
+            continue  # not run: no panel
         diverged = run["mode"] == "post" or run["mode"] == "geonorm" and run["lr"] == 1e-2
-        last = math.inf if diverged else 2.0 + run["lr"] * 10 + run["seed"] / 10
+        high = run["mode"] == "deep" and run["lr"] == 1e-2
+        last = math.inf if diverged else 2.0 + run["lr"] * 10 + run["seed"] / 10 + 1.5 * high
         write_run(run["dir"], [(0, 4.0), (10, last)], "diverged" if diverged else "finished")
     groups = results.summarize(runs, plan)
     plots.plot_lr(groups, plan, tmp_path / "lr.png")
-    fig, ax, title = drawn["lr.png"]
-    lines = lines_of(ax)
-    dodge = {mode: 10 ** (0.005 * (k - 1)) for k, mode in enumerate(("pre", "geonorm", "post"))}
-    for mode in ("pre", "geonorm"):
-        ok = [g for g in groups if g["mode"] == mode and g["finished"]]
-        x, y, ls, marker, color = lines[mode]
-        assert (x == pytest.approx([g["lr"] * dodge[mode] for g in ok])
-                and (ls, marker) == ("-", "o"))
-        assert y == pytest.approx([statistics.mean(2.0 + g["lr"] * 10 + s / 10 for s in (1, 2))
-                                   for g in ok])
-        assert color == matplotlib.colors.to_hex(plots.mode_color(mode))
-    crosses = [line for line in ax.get_lines() if line.get_marker() == "x"]
-    assert [(list(c.get_xdata()), matplotlib.colors.to_hex(c.get_color())) for c in crosses] == [
-        ([pytest.approx(1e-2 * dodge["geonorm"])], lines["geonorm"][4]),
-        ([pytest.approx(1e-3 * dodge["post"])], matplotlib.colors.to_hex(plots.mode_color("post"))),
-        ([pytest.approx(1e-2 * dodge["post"])], matplotlib.colors.to_hex(plots.mode_color("post")))]
-    assert [c.get_label() for c in crosses][1] == "post (diverged)"
-    assert [c.get_label().startswith("_") for c in crosses] == [True, False, True]
-    box = ax.get_window_extent()
-    for cross in crosses:  # at the top of the axes whatever the losses: 0.97 of its height
-        y = cross.get_transform().transform((cross.get_xdata()[0], cross.get_ydata()[0]))[1]
-        assert y == pytest.approx(box.y0 + 0.97 * box.height)
-    bars = [c for c in ax.collections if isinstance(c, matplotlib.collections.LineCollection)]
-    [bars] = [c for c in bars if len(c.get_segments()) == 2 and
-              matplotlib.colors.to_hex(c.get_color()[0]) == lines["pre"][4]]
-    for (x, y), seg in zip(zip(lines["pre"][0], lines["pre"][1]), bars.get_segments()):
-        std = statistics.stdev([0.1, 0.2])  # seeds 1 and 2
-        assert (list(seg[:, 0]) == pytest.approx([x, x])
-                and sorted(seg[:, 1]) == pytest.approx([y - std, y + std]))
-    points = [c for c in ax.collections if isinstance(c, matplotlib.collections.PathCollection)]
-    # each finished seed, at its rate
-    seeds = sorted(tuple(xy) for c in points for xy in c.get_offsets())
-    want = sorted((g["lr"] * dodge[g["mode"]], r["final_val_loss"]) for g in groups
-                  for r in g["runs"] if r["status"] == "finished")
-    assert len(seeds) == len(want) and all(a == pytest.approx(b) for a, b in zip(seeds, want))
-    # pre at both rates, geonorm at 1e-3; no point for a diverged seed
-    assert len(seeds) == 2 * 2 + 2
-    assert ax.get_xscale() == "log" and ax.get_xlim() == pytest.approx((1e-3 / 2, 1e-2 * 2))
-    assert ax.get_xlabel() == "peak learning rate (log scale)"
-    assert ax.get_ylabel() == "final validation loss (nats per character)"
-    assert title.startswith("Final validation loss against learning rate (x: diverged)\n")
+    fig, _, title = drawn["lr.png"]
+    panels = {ax.get_title(): ax for ax in fig.axes}
+    assert list(panels) == ["pre", "geonorm", "post", "deep", "lns"]
+    assert tuple(fig.get_size_inches()) == pytest.approx((4 * 2.2, 2 * 1.8))
+    means = {(g["mode"], g["lr"]): g["final_val_loss"][0] for g in groups if g["finished"]}
+    top = min(means.values()) + 1.0
+    for mode, ax in panels.items():
+        assert ax.get_ylim()[1] == pytest.approx(top)
+        assert ax.get_xscale() == "log"
+        assert ax.get_xlim() == pytest.approx((1e-3 / 1.5, 1e-2 * 1.5))
+        own = [(list(line.get_xdata()), list(line.get_ydata()), line.get_linestyle(),
+                matplotlib.colors.to_hex(line.get_color()))
+               for line in ax.get_lines() if line.get_marker() == "o"]
+        rates = [lr for lr in (1e-3, 1e-2) if (mode, lr) in means]
+        assert own == ([(rates, [pytest.approx(means[mode, lr]) for lr in rates], "-",
+                         matplotlib.colors.to_hex(plots.mode_color(mode)))] if rates else [])
+        grey = [(list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()
+                if line.get_linestyle() == "--"]
+        pre = ([1e-3, 1e-2], [pytest.approx(means["pre", lr]) for lr in (1e-3, 1e-2)])
+        assert grey == ([] if mode == "pre" else [pre])
+        points = sorted(tuple(xy) for c in ax.collections
+                        if isinstance(c, matplotlib.collections.PathCollection)
+                        for xy in c.get_offsets())
+        want = sorted((g["lr"], r["final_val_loss"]) for g in groups if g["mode"] == mode
+                      for r in g["runs"] if r["status"] == "finished")
+        assert [p for xy in points for p in xy] == pytest.approx([p for xy in want for p in xy])
+        bars = [c for c in ax.collections if isinstance(c, matplotlib.collections.LineCollection)]
+        for segment in (s for c in bars for s in c.get_segments()):
+            std = statistics.stdev([0.1, 0.2])  # seeds 1 and 2
+            assert sorted(segment[:, 1]) == pytest.approx(
+                [means[mode, segment[0, 0]] - std, means[mode, segment[0, 0]] + std])
+        assert len(bars) == bool(rates)
+    assert marks_at_the_top(panels["geonorm"], "x") == [1e-2]
+    assert marks_at_the_top(panels["post"], "x") == [1e-3, 1e-2]
+    assert marks_at_the_top(panels["deep"], "^") == [1e-2]  # 3.65, over 2.16 + 1
+    assert sum(len(marks_at_the_top(ax, "^")) for ax in fig.axes) == 1
+    # the panels above the last row's empty places show their rates
+    assert [ax.xaxis.get_tick_params()["labelbottom"] for ax in fig.axes[1:4]] == [True] * 3
+    assert title.startswith("Final validation loss against learning rate (grey dashes: pre; x: "
+                            f"diverged; ^: above {top:.2f})\n")
     assert "lr " not in title.split("\n")[1]
+    labels = {text.get_text() for text in fig.texts}  # the figure's own: its axes' labels
+    assert "peak learning rate (log scale)" in labels
+    assert "final validation loss (nats per character)" in labels
+    # nothing above 1 nat over the lowest: the axes are matplotlib's, and the title says no ^
+    drawn.clear()
+    plots.plot_lr([g for g in groups if g["mode"] != "deep"], plan, tmp_path / "lr.png")
+    fig, _, title = drawn["lr.png"]
+    assert "^" not in title and fig.axes[0].get_ylim()[1] < min(means.values()) + 0.5
+    # no pre: no grey line, and the title names none
+    drawn.clear()
+    plots.plot_lr([g for g in groups if g["mode"] in ("geonorm", "lns")], plan, tmp_path / "l.png")
+    fig, _, title = drawn["l.png"]
+    assert not [line for ax in fig.axes for line in ax.get_lines()
+                if line.get_linestyle() == "--"]
+    assert title.startswith("Final validation loss against learning rate (x: diverged)\n")
+    assert tuple(fig.get_size_inches()) == pytest.approx((2 * 2.2, 1.8))  # one row of two
 
 
 def test_every_figure_marks_alike_a_diverged_seed_an_error_bar_and_a_curve(tmp_path, drawn):
     """The house's marks, the same in every figure, so that one legend of habits reads them all: an
     x of 9 points with 2-point strokes for a diverged seed, error bars (no line of their own) with
     3-point caps, a mode's first variant as a solid line; figures 6.4 × 3.6 inches (the per-block
-    pair 1.4 times as wide)."""
+    pair 1.4 times as wide; lr.png's panels their own size)."""
     plan, runs = plan_of(tmp_path, "--modes=pre,post", "--lrs=1e-3,1e-2", "--seeds=1,2",
                          "--sweep=n_layer=1,2")
     for run in runs:
@@ -576,33 +607,38 @@ def test_every_figure_marks_alike_a_diverged_seed_an_error_bar_and_a_curve(tmp_p
     assert "lr.png" in names and "size.png" in names and "angle_n_layer2.png" in names
     for name, (fig, ax, _) in drawn.items():
         wide = plots.WIDE * (1.4 if name.startswith(("grad_norm", "angle")) else 1)
-        assert tuple(fig.get_size_inches()) == pytest.approx((wide, plots.TALL)), name
+        assert name == "lr.png" or tuple(fig.get_size_inches()) == pytest.approx(
+            (wide, plots.TALL)), name
         for line in (line for a in fig.axes for line in a.get_lines()):
             if line.get_marker() == "x":
                 assert (line.get_markersize(), line.get_markeredgewidth()) == (9, 2), name
             elif line.get_marker() in ("o", "."):
                 # the first and second variants of a mode
                 assert line.get_linestyle() in ("-", "--"), name
-    for name in ("lr.png", "size.png"):
-        ax, box = drawn[name][1], drawn[name][1].get_window_extent()
-        # at the top, in its colour
-        for cross in (line for line in ax.get_lines() if line.get_marker() == "x"):
+    # size.png's axes, and each of lr.png's panels
+    for name, ax in [("size.png", drawn["size.png"][1]),
+                     *(("lr.png", panel) for panel in drawn["lr.png"][0].axes)]:
+        box = ax.get_window_extent()
+        # at the top, in its colour, in no legend
+        crosses = [line for line in ax.get_lines() if line.get_marker() == "x"]
+        for cross in crosses:
             y = cross.get_transform().transform((cross.get_xdata()[0], cross.get_ydata()[0]))[1]
             assert y == pytest.approx(box.y0 + 0.97 * box.height), name
             assert (matplotlib.colors.to_hex(cross.get_color())
                     == matplotlib.colors.to_hex(plots.mode_color("post")))
+        assert bool(crosses) == (name == "size.png" or ax.get_title().startswith("post")), name
         caps = [c for container in ax.containers for c in container.lines[1]]
         # capsize 3: caps 6 points wide
         assert caps and all(c.get_markersize() == 2 * 3 for c in caps), name
         # fmt="none": no line
         assert all(container.lines[0] is None for container in ax.containers), name
-        assert [c.get_label().startswith("_") for c in ax.get_lines()
-                if c.get_marker() == "x"][0] is True, name
-    # each size a family of its own: a mode's second in dashes
-    families = [(line.get_label(), line.get_linestyle()) for line in drawn["lr.png"][1].get_lines()
-                if line.get_marker() == "o"]
-    assert families == [("pre n_layer=1", "-"), ("pre n_layer=2", "--"), ("post n_layer=1", "-"),
-                        ("post n_layer=2", "--")]
+        assert crosses[:1] == [c for c in crosses[:1] if c.get_label().startswith("_")], name
+    # each size a family of its own: a panel each, a line each
+    panels = drawn["lr.png"][0].axes
+    assert [ax.get_title() for ax in panels] == ["pre n_layer=1", "pre n_layer=2",
+                                                 "post n_layer=1", "post n_layer=2"]
+    assert [line.get_linestyle() for ax in panels for line in ax.get_lines()
+            if line.get_marker() == "o"] == ["-"] * 4
     per_block = drawn["grad_norm_n_layer2.png"][1]
     assert [line.get_linestyle() for line in per_block.get_lines()] == ["-", "--", "-", "--"]
     families = [(line.get_label(), line.get_linestyle())
@@ -748,16 +784,21 @@ def test_every_figure_an_ablation_allows_and_only_those(tmp_path, drawn):
     # a group without a parameter count: no params.png
     assert plots.plot_all([g | dict(params=None) if g["mode"] == "peri" else g for g in groups],
                           plan, tmp_path) == ["size.png", *per_size]
-    # not a size sweep: the four figures and the learning rate's; no layer stats: no per-block
-    # figures
-    plan, runs = plan_of(tmp_path / "lab", "--modes=pre,geonorm")
-    for run in runs:
-        write_run(run["dir"], [(0, 4.0), (10, 2.0)],
-                  stats={0: dict(grad_norm=[1, 1], resid_rms=[1, 1], angle=[1, 1]),
-                         10: dict(grad_norm=[1, 1], resid_rms=[1, 1], angle=[1, 1])})
-    groups = results.summarize(runs, plan)
-    assert plots.plot_all(groups, plan, tmp_path) == ["val_loss.png", "lr.png", "grad_norm.png",
-                                                      "resid_rms.png", "angle.png"]
+    # not a size sweep: the four figures, and the learning rate's where an entry ran two rates
+    # (simplenorm's 3× alone is one); no layer stats: no per-block figures
+    one_rate = ["val_loss.png", "grad_norm.png", "resid_rms.png", "angle.png"]
+    two_rates = ["val_loss.png", "lr.png", "grad_norm.png", "resid_rms.png", "angle.png"]
+    for lrs, figures in (((), one_rate), (("--lrs=1e-3,2e-3",), two_rates)):
+        plan, runs = plan_of(tmp_path / f"lab{len(lrs)}", "--modes=pre,simplenorm", *lrs)
+        for run in runs:
+            write_run(run["dir"], [(0, 4.0), (10, 2.0)],
+                      stats={0: dict(grad_norm=[1, 1], resid_rms=[1, 1], angle=[1, 1]),
+                             10: dict(grad_norm=[1, 1], resid_rms=[1, 1], angle=[1, 1])})
+        groups = results.summarize(runs, plan)
+        assert plots.plot_all(groups, plan, tmp_path) == figures
+        matplotlib.pyplot.close("all")  # finish, which closes them, is the fixture's
+    one, one_runs = plan_of(tmp_path / "lab0", "--modes=pre,simplenorm")
+    assert {g["lr"] for g in results.summarize(one_runs, one)} == {1e-3, 3e-3}
     without = [g | dict(runs=[r | dict(stats=[]) for r in g["runs"]]) for g in groups]
     assert plots.plot_all(without, plan, tmp_path) == ["val_loss.png", "lr.png"]
     failed = [g | dict(finished=0, diverged=0) for g in groups]
