@@ -144,6 +144,9 @@ def configure(argv):
     settings = configurator.read_settings(TRAIN)
     for arg in sweeps:
         key, _, values = arg.removeprefix("--sweep=").partition("=")
+        if key in own["ablate_sweep"]:
+            sys.exit(f"error: {arg} sweeps {key} again: give its values once, by commas "
+                     f"(--sweep={key}=A,B)")
         own["ablate_sweep"] = own["ablate_sweep"] | {
             key: [configurator.parse_arg(f"--{key}={v}", settings)[key] for v in values.split(",")]}
     if swept := sorted(set(own["ablate_sweep"]) & set(PER_RUN)):
@@ -173,6 +176,9 @@ def configure(argv):
     lrs = None if own["ablate_lrs"] is None else unique(
         rounded(configurator.checked("learning_rate", lr, settings, "lrs"))
         for lr in listed(own["ablate_lrs"]))
+    if still := [lr for lr in lrs or [] if lr <= 0]:
+        sys.exit(f"error: lrs gives {still[0]:g}: a run at a rate not above 0 does not train "
+                 f"(or climbs the loss): give rates above 0")
     evaluation = {k.removeprefix("ablate_eval_"): own[k]
                   for k in ("ablate_eval_tasks", "ablate_eval_limit", "ablate_eval_include_path")}
     given = {"log_layer_stats": True} | {k: v for k, v in given.items()
@@ -180,6 +186,7 @@ def configure(argv):
     dry_run = given.pop("dry_run", False)  # ablate.py's own: check every run, train none
     modes = configurator.parse_modes(own["ablate_modes"])
     entry = check_entries(own["ablate_entry_settings"], settings)
+    configurator.check_alike(modes, lambda mode: entry_of(mode, given, entry))
     check_sweep(sweep, modes, given, entry)
     return dict(dry_run=dry_run, modes=modes, seeds=seeds, lrs=lrs, entry=entry, eval=evaluation,
                 figures=own["ablate_figures"],
@@ -213,6 +220,12 @@ def check_entries(entries, settings):
                      f"which ablate.py sets per run ({ways_per_run(per_run)})")
         checked[name] = {k: configurator.checked(k, v, settings, f"entry_settings of {name}")
                          for k, v in values.items()}
+        preset = configurator.PRESETS.get(name, {})
+        if undone := [k for k, v in checked[name].items() if k in preset and v != preset[k]]:
+            key = undone[0]
+            sys.exit(f"error: entry_settings of {name} sets {key}={checked[name][key]!r}, which "
+                     f"would undo the preset {name} ({key}={preset[key]!r}): leave it out, or "
+                     f"give it to the mode {preset['norm_mode']} instead")
     return checked
 
 

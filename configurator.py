@@ -221,7 +221,15 @@ def parse_modes(value, known=ENTRIES):
     list of known modes or presets in order, each once; an unknown one is a one-line error."""
     if not value:  # --modes= : "" split is [""], an unknown mode with no name
         sys.exit(f"error: no modes given: choose from {', '.join(known)} or all")
-    modes = list(known) if value == "all" else value.split(",") if isinstance(value, str) else value
+    if value == "all":
+        return list(known)
+    modes = value.split(",") if isinstance(value, str) else value
+    if "all" in modes:
+        sys.exit(f"error: modes {value!r} names all beside other entries: all is every entry, "
+                 f"given alone (all), or name the entries (pre,geonorm)")
+    if "" in modes:
+        sys.exit(f"error: modes {value!r} has an empty name (a comma too many): name each entry, "
+                 f"by commas (pre,geonorm)")
     if unknown := [mode for mode in modes if mode not in known]:
         sys.exit(f"error: unknown mode(s) {', '.join(unknown)}: "
                  f"choose from {', '.join(known)} or all")
@@ -239,6 +247,24 @@ MODE_OF_PREFIX = {"geo_": "geonorm", "sandwich_": "sandwich", "simplenorm_": "si
                   "normformer_": "normformer", "subln_": "subln",
                   **{prefix: value for prefix, (_, value) in SWITCH_OF_PREFIX.items()}}
 PREFIX_OF_MODE = {mode: prefix for prefix, mode in MODE_OF_PREFIX.items()}
+
+
+def check_alike(modes, settings_of):
+    """No two entries are the same model (settings_of: an entry's settings): pre under a config's
+    norm_type='dyt' is the preset dyt, and the two would be one model under two names in a table;
+    else one line naming what made them alike."""
+    seen = {}
+    for mode in modes:
+        settings = settings_of(mode)
+        key = repr(sorted(settings.items()))
+        if key in seen:
+            # what makes the two entries what they are, which the settings given made alike
+            names = (set(entry_settings(seen[key])) | set(entry_settings(mode))) - {"norm_mode"}
+            both = ", ".join(f"{k}={settings[k]!r}" for k in sorted(names))
+            sys.exit(f"error: the entries {seen[key]} and {mode} would be the same model (both "
+                     f"with {both}): drop one from --modes, or leave out the setting that makes "
+                     f"them alike")
+        seen[key] = mode
 
 
 def entry_of(mode, given, entry):

@@ -552,6 +552,20 @@ class Signals:
 
 # --------------------------------------------------------------------------------------------- main
 
+def diverged_line(cfg, run, loss, grad_norm):
+    """A diverged run's one line: the step, and what to do. At the first step of a new run no
+    update has been made, so no learning_rate is to blame: the initialization is."""
+    where = f"error: loss {loss}, gradient norm {grad_norm} at step {run.step + 1}"
+    if run.step == 0:
+        return (f"{where}, before any update: the model's initial weights give non-finite values, "
+                f"which no lower learning_rate changes: check the settings of its initialization "
+                f"(its inits and scales)")
+    if run.saved is None:
+        return f"{where}; no checkpoint was saved: train again with a lower learning_rate"
+    return (f"{where}; the last good checkpoint: {checkpoint.find_checkpoint(cfg.out_dir)} "
+            f"(step {run.saved}): resume from it with a lower learning_rate")
+
+
 def main(argv):
     # every check before anything is written (under torchrun process 0 tells)
     with devices.one_voice():
@@ -672,12 +686,7 @@ def run_training(cfg, proc, ckpt, meta, data, config):
         if proc.world > 1:
             devices.leave_together()
         if status == "diverged":
-            good = (run.saved is not None
-                    and f"{checkpoint.find_checkpoint(cfg.out_dir)} (step {run.saved})")
-            proc.say(f"error: loss {loss}, gradient norm {grad_norm} at step {run.step + 1}; "
-                     f"the last good checkpoint: {good or 'none was saved'}; "
-                     "resume from it with a lower learning_rate",
-                     file=sys.stderr)
+            proc.say(diverged_line(cfg, run, loss, grad_norm), file=sys.stderr)
             sys.exit(3)
         go_on = " (or go on: --init_from=resume)" if status == "interrupted" else ""
         proc.say(f"{status} at step {run.step}, checkpoint in {cfg.out_dir}; "

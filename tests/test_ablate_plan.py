@@ -140,7 +140,14 @@ def test_entry_settings_are_an_entrys_own_over_the_configs_but_not_the_sweeps(tm
                           ("{'post': 1}",
                            "entry_settings of post must be a dict of train.py settings, got 1"),
                           ("{'pre': {'dropuot': 0.1}}", "did you mean 'dropout'"),
-                          ("{'pre': {'dropout': 'x'}}", "dropout must be float")):
+                          ("{'pre': {'dropout': 'x'}}", "dropout must be float"),
+                          # the run named derf would train pre
+                          ("{'derf': {'norm_type': 'norm'}}",
+                           "entry_settings of derf sets norm_type='norm', which would undo the "
+                           "preset derf (norm_type='derf'): leave it out, or give it to the mode "
+                           "pre instead"),
+                          ("{'layerscale': {'dropout': 0.1, 'res_scale': 'none'}}",
+                           "sets res_scale='none', which would undo the preset layerscale")):
         config.write_text(f"ablate_entry_settings = {text}\n")
         assert message in error_of(ablate.configure, [str(config)]), text
 
@@ -188,6 +195,25 @@ def test_a_sweep_varying_no_entry_or_undoing_a_preset_and_a_seeds_at_off_the_swe
             (["--entry_settings={'geonorm': {'geo_alpha': 'x'}}"],
              "error: geo_alpha must be float, got 'x' in entry_settings of geonorm")):
         assert message in error_of(ablate.configure, args), args
+
+
+@pytest.mark.parametrize("args, alike", [
+    (["--modes=pre,dyt", "--norm_type=dyt"], "pre and dyt would be the same model (both with "
+                                               "norm_type='dyt')"),
+    (["--modes=peri,sandwich", "--embed_norm=True"], "peri and sandwich would be the same model "
+                                                      "(both with embed_norm=True)"),
+    (["--modes=pre,layerscale", "--entry_settings={'pre': {'res_scale': 'layerscale'}}"],
+     "pre and layerscale would be the same model (both with res_scale='layerscale')")])
+def test_two_entries_that_would_train_one_model_are_an_error(args, alike):
+    """A setting given to every entry (or to one) can make a mode its preset: the table would
+    compare one model with itself under two names. The settings that differ in the rest keep
+    them apart: a preset with a sweep of its own, DyT on every mode but pre's."""
+    mentions(error_of(ablate.configure, args), alike, "drop one from --modes",
+             "the setting that makes them alike")
+    plan = ablate.configure(["--modes=pre,dyt,post", "--sweep=dyt_alpha_attn=0.5,0.8"])
+    assert plan["modes"] == ["pre", "dyt", "post"]
+    plan = ablate.configure(["--modes=sandwich,geonorm", "--norm_type=dyt"])
+    assert plan["modes"] == ["sandwich", "geonorm"]
 
 
 def test_dyt_keys_vary_every_entry_under_norm_type_dyt_and_only_those():
@@ -306,6 +332,12 @@ def test_help_lists_ablates_settings_then_trains_saying_which_are_set_per_run(ca
      ("--sweep=wandb_run_name=b/../../x", "names a folder", "without '/'")),
     # the config's one, silently, before
     (["--lrs=[]"], ("lrs is an empty list", "give one or more", "leave it out")),
+    # a run at 0 trains nothing, one below climbs the loss: as the base learning_rate's check
+    (["--lrs=1e-3,0"], ("lrs gives 0", "not above 0", "rates above 0")),
+    (["--lrs=-2e-3"], ("lrs gives -0.002", "rates above 0")),
+    # the last one given won, the first dropped silently
+    (["--sweep=n_layer=1", "--sweep=n_layer=2"],
+     ("--sweep=n_layer=2 sweeps n_layer again", "once", "--sweep=n_layer=A,B")),
     (["--seeds=()"], ("seeds is an empty list", "give one or more", "leave it out")),
 ])
 def test_a_bad_value_in_the_sweep_seeds_or_lrs_is_one_line_that_says_where(args, words):

@@ -287,6 +287,10 @@ def test_bench_rejects_unknown_mode_and_setting():
              "unknown mode(s) rmsnorm")
     mentions(error_of(bench.main, [*TINY, "--n_layers=2", "--steps=1", "--compile=off"]),
              "n_layers", "did you mean --n_layer?")
+    # the baseline pre given derf's norm_type is derf: its row and derf's, one model timed twice
+    mentions(error_of(bench.main, [*TINY, "--modes=derf", "--norm_type=derf", "--steps=1",
+                                   "--compile=off"]),
+             "pre and derf would be the same model (both with norm_type='derf')")
 
 
 def test_the_vocabulary_is_the_one_the_datasets_meta_json_gives_whatever_its_name(tmp_path):

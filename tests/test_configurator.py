@@ -209,6 +209,14 @@ def test_modes_are_all_or_known_names_in_order_each_once():
     for empty in ("", []):  # --modes= on the command line, modes = [] in a config file
         mentions(error_of(configurator.parse_modes, empty), "no modes given",
                  ", ".join(configurator.ENTRIES))
+    # all among names: it was "unknown mode(s) all: choose from ... or all"
+    for mixed in ("all,pre", ["pre", "all"]):
+        mentions(error_of(configurator.parse_modes, mixed), repr(mixed), "all is every entry",
+                 "alone", "name the entries")
+    # a comma too many: it was "unknown mode(s) : ...", the empty name unseen
+    for comma in ("pre,", "pre,,geonorm", ",pre"):
+        mentions(error_of(configurator.parse_modes, comma), repr(comma), "an empty name",
+                 "a comma too many")
     assert configurator.entry_settings("peri") == dict(norm_mode="sandwich", embed_norm=True)
     assert configurator.entry_settings("lns") == dict(norm_mode="lns")
 

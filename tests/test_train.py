@@ -373,9 +373,13 @@ def test_only_process_0_makes_pystdlib_and_the_run_makes_no_other_dataset(data_d
     assert made == [("pystdlib", tmp_path / "pystdlib")]
 
 
-@pytest.mark.parametrize("poison, first", [("loss", 8), ("gradient", 8), ("loss", 1)])
+@pytest.mark.parametrize("poison, first", [("loss", 8), ("gradient", 8), ("loss", 3),
+                                           ("gradient", 1)])
 def test_a_nonfinite_loss_or_gradient_stops_the_run_and_keeps_the_last_good_checkpoint(
         data_dir, tmp_path, poison, first, monkeypatch, capsys):
+    """Exit 3 and one line: the step, and the fix: resume from the last good checkpoint (at step 5)
+    with a lower learning_rate, or train again with one where none was saved; at the first step,
+    before any update, no learning rate is to blame and the line says so."""
     forward, calls = GPT.forward, []
 
     # from training step `first`: a NaN loss, or NaN gradients
@@ -395,10 +399,13 @@ def test_a_nonfinite_loss_or_gradient_stops_the_run_and_keeps_the_last_good_chec
     assert error.value.code == 3
     # the loss itself is finite when the gradients are not
     loss = "nan" if poison == "loss" else r"\d+\.\d+"
-    good = f"{tmp_path}/ckpt.pt (step 5)" if first > 5 else "none was saved"
+    fix = ((f"{tmp_path}/ckpt.pt (step 5)", "resume from it", "lower learning_rate") if first > 5
+           else ("no checkpoint was saved", "train again", "lower learning_rate") if first > 1
+           else ("before any update", "no lower learning_rate", "initialization"))
     line = capsys.readouterr().err.splitlines()[-1]
     assert line.startswith("error: ") and re.search(rf"\bloss {loss}\b", line), line
-    mentions(line, "gradient norm nan", f"step {first}", good, "lower learning_rate")
+    mentions(line, "gradient norm nan", f"step {first}", *fix)
+    assert ("resume" in line) == (first > 5)
     if first > 5:
         ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
         assert ckpt["iter_num"] == 5 and all(t.isfinite().all() for t in ckpt["model"].values())
