@@ -186,6 +186,7 @@ def configure(argv):
     dry_run = given.pop("dry_run", False)  # ablate.py's own: check every run, train none
     modes = configurator.parse_modes(own["ablate_modes"])
     entry = check_entries(own["ablate_entry_settings"], settings)
+    check_idle(modes, given, entry, settings)
     configurator.check_alike(modes, lambda mode: entry_of(mode, given, entry))
     check_sweep(sweep, modes, given, entry)
     return dict(dry_run=dry_run, modes=modes, seeds=seeds, lrs=lrs, entry=entry, eval=evaluation,
@@ -227,6 +228,20 @@ def check_entries(entries, settings):
                      f"would undo the preset {name} ({key}={preset[key]!r}): leave it out, or "
                      f"give it to the mode {preset['norm_mode']} instead")
     return checked
+
+
+def check_idle(modes, given, entry, defaults):
+    """A setting of one mode or switch (geo_alpha, dyt_*) acts on some entry: given to all, it goes
+    to the entries it acts on (plan_runs); given to one in entry_settings, that entry. Else one
+    line: the runs would be other runs than the config says."""
+    for name, values in entry.items():
+        settings = entry_of(name, given, entry)
+        if idle := [key for key in configurator.idle_settings(settings, defaults) if key in values]:
+            owner, _ = configurator.owner_of(idle[0])
+            now = settings.get(owner, defaults[owner][0])
+            where = f"in entry_settings of {name}, under {owner}={now!r}"
+            sys.exit(configurator.idle_line(idle[0], values[idle[0]], where))
+    configurator.check_acts(given, defaults, modes, lambda mode: entry_of(mode, given, entry))
 
 
 def check_sweep(sweep, modes, given, entry):
@@ -280,6 +295,8 @@ def plan_runs(plan, root):
                 per_run = dict(learning_rate=lr, min_lr=rounded(lr * ratio), seed=seed,
                                out_dir=str(root / name))
                 settings = entry_of(mode, plan["given"] | per_run, plan["entry"]) | sweep
+                # a mode's or switch's own setting, given to all, only where it acts
+                settings = {k: v for k, v in settings.items() if varies(k, settings)}
                 runs.append(dict(name=name, group=f"{mode}_lr{lr:g}{suffix}", mode=mode, lr=lr,
                                  tripled=tripled, seed=seed, sweep=sweep, own=own, dir=root / name,
                                  settings=settings))

@@ -153,6 +153,9 @@ def parse(argv):
             types.SimpleNamespace(**vars(cfg) | configurator.entry_settings(mode)), vocab)
     # the baseline pre among them: a setting given to all can make it another row's model
     configurator.check_alike(modes, lambda mode: vars(cfg) | configurator.entry_settings(mode))
+    defaults = configurator.read_settings(TRAIN)
+    configurator.check_acts({k: v for k, v in given.items() if k in defaults}, defaults, modes,
+                            lambda mode: vars(cfg) | configurator.entry_settings(mode))
     # the head of a 50,257-token BPE vocabulary dominates a 125M model's memory
     if args.vocab_size is None:
         args.vocab_size = dataset_vocab(cfg.data_dir, cfg.dataset)

@@ -273,15 +273,48 @@ def entry_of(mode, given, entry):
     return given | entry_settings(mode) | entry.get(mode, {})
 
 
-def varies(key, settings):
-    """Whether sweeping key varies the entry whose settings are settings (entry_of): dyt_* keys an
-    entry under norm_type='dyt' (SWITCH_OF_PREFIX); geo_* keys geonorm only, sandwich_* sandwich and
-    peri, and so on; other keys every entry."""
-    for prefix, (name, value) in SWITCH_OF_PREFIX.items():
+def owner_of(key):
+    """The setting and value under which a mode's or switch's own setting acts: geo_alpha's
+    ('norm_mode', 'geonorm'), dyt_alpha_attn's ('norm_type', 'dyt'); None for a setting of every
+    mode."""
+    for prefix, switch in SWITCH_OF_PREFIX.items():
         if key.startswith(prefix):
-            return settings.get(name) == value
-    mode = settings["norm_mode"]
-    return next((m for prefix, m in MODE_OF_PREFIX.items() if key.startswith(prefix)), mode) == mode
+            return switch
+    return next((("norm_mode", mode) for prefix, mode in MODE_OF_PREFIX.items()
+                 if key.startswith(prefix)), None)
+
+
+def varies(key, settings):
+    """Whether key acts on (and sweeping it varies) the entry whose settings are settings
+    (entry_of): dyt_* keys an entry under norm_type='dyt' (SWITCH_OF_PREFIX); geo_* keys geonorm
+    only, sandwich_* sandwich and peri, and so on; other keys every entry."""
+    owner = owner_of(key)
+    return owner is None or settings.get(owner[0]) == owner[1]
+
+
+def idle_settings(settings, defaults):
+    """The settings away from their defaults (read_settings') that the model never reads under
+    settings' own mode and switches: geo_alpha under pre, dyt_* without DyT."""
+    return [key for key, value in settings.items()
+            if key in defaults and value != defaults[key][0] and not varies(key, settings)]
+
+
+def check_acts(given, defaults, modes, settings_of):
+    """Each setting given (away from its default) acts on one of the entries at least (settings_of:
+    an entry's settings): geo_alpha with no geonorm among them would change no run; else one
+    line."""
+    for key in idle_settings(given, defaults):
+        if not any(varies(key, settings_of(mode)) for mode in modes):
+            sys.exit(idle_line(key, given[key], f"to any of the modes {', '.join(modes)}",
+                               "add an entry under it to --modes"))
+
+
+def idle_line(key, value, where, fix="set that"):
+    """The one line of a setting that does nothing where it is given (where: "under
+    norm_mode='pre'"), naming what it acts under."""
+    name, on = owner_of(key)
+    return (f"error: {key}={value!r} does nothing {where}: it acts under {name}={on!r}; {fix}, "
+            f"or leave {key} out")
 
 
 # -------------------------------------------------------------------------------------------- model

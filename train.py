@@ -190,6 +190,10 @@ def configure(argv):
                  f"given, but total_batch_size={cfg['total_batch_size']!r} sets it (the tokens "
                  "of a step over batch_size * block_size): give one of them, "
                  "total_batch_size=0 to set gradient_accumulation_steps")
+    # a mode's or switch's own setting under another would be ignored, and the run be another one
+    if idle := configurator.idle_settings(cfg, configurator.read_settings(__file__)):
+        owner, _ = configurator.owner_of(idle[0])
+        sys.exit(configurator.idle_line(idle[0], cfg[idle[0]], f"under {owner}={cfg[owner]!r}"))
     if cfg["gpas_gate_clip"] and not cfg["gpas"]:
         sys.exit(f"error: gpas_gate_clip={cfg['gpas_gate_clip']!r} clips GPAS's gates, but gpas is "
                  "off: set gpas=True, or gpas_gate_clip=0")

@@ -216,6 +216,26 @@ def test_two_entries_that_would_train_one_model_are_an_error(args, alike):
     assert plan["modes"] == ["sandwich", "geonorm"]
 
 
+def test_a_setting_of_one_mode_goes_to_the_entries_it_acts_on_and_must_act_on_one(tmp_path):
+    """geo_alpha given to all goes to geonorm's runs alone (pre's would fail train.py's check, and
+    its config.json would name a setting it never read); given where no entry reads it, or to one
+    entry in entry_settings that does not read it, it is one line."""
+    plan = ablate.configure(["--modes=pre,geonorm", "--geo_alpha=3.0", "--seeds=1"])
+    settings = {r["mode"]: r["settings"] for r in ablate.plan_runs(plan, tmp_path)}
+    assert "geo_alpha" not in settings["pre"] and settings["geonorm"]["geo_alpha"] == 3.0
+    mentions(error_of(ablate.configure, ["--modes=pre,post", "--geo_alpha=3.0"]),
+             "geo_alpha=3.0 does nothing to any of the modes pre, post",
+             "norm_mode='geonorm'", "add an entry under it to --modes", "leave geo_alpha out")
+    mentions(error_of(ablate.configure, ["--modes=pre,dyt",
+                                         "--entry_settings={'pre': {'dyt_alpha_ffn': 0.5}}"]),
+             "dyt_alpha_ffn=0.5 does nothing in entry_settings of pre, under norm_type='norm'",
+             "norm_type='dyt'")
+    # under the setting given to all, the entry reads it
+    plan = ablate.configure(["--modes=sandwich,geonorm", "--norm_type=dyt",
+                             "--entry_settings={'sandwich': {'dyt_alpha_ffn': 0.5}}"])
+    assert plan["entry"] == {"sandwich": {"dyt_alpha_ffn": 0.5}}
+
+
 def test_dyt_keys_vary_every_entry_under_norm_type_dyt_and_only_those():
     plan = ablate.configure(["--modes=pre,sandwich,post", "--norm_type=dyt",
                              "--sweep=dyt_alpha_attn=0.5,0.8"])

@@ -287,6 +287,10 @@ def test_bench_rejects_unknown_mode_and_setting():
              "unknown mode(s) rmsnorm")
     mentions(error_of(bench.main, [*TINY, "--n_layers=2", "--steps=1", "--compile=off"]),
              "n_layers", "did you mean --n_layer?")
+    # a setting no row reads: every row the same as without it
+    mentions(error_of(bench.main, [*TINY, "--modes=post", "--geo_alpha=3.0", "--steps=1",
+                                   "--compile=off"]),
+             "geo_alpha=3.0 does nothing to any of the modes pre, post", "norm_mode='geonorm'")
     # the baseline pre given derf's norm_type is derf: its row and derf's, one model timed twice
     mentions(error_of(bench.main, [*TINY, "--modes=derf", "--norm_type=derf", "--steps=1",
                                    "--compile=off"]),

@@ -200,6 +200,33 @@ def test_none_is_never_out_of_range_and_a_local_gpt2_folder_is_an_init_from(scri
         configurator.checked, "init_from", "nope", settings, "x", dict(init_from=("scratch",)))
 
 
+def test_a_modes_or_switchs_own_setting_acts_under_it_alone_and_elsewhere_is_idle():
+    """owner_of by prefix, the switches' before the modes' (dyt_ is norm_type's, not a mode's);
+    varies and idle_settings from it: a setting away from its default, under another mode or
+    switch, is idle; at its default, or of every mode, never."""
+    assert configurator.owner_of("geo_alpha") == ("norm_mode", "geonorm")
+    assert configurator.owner_of("sandwich_depth_scaled") == ("norm_mode", "sandwich")
+    assert configurator.owner_of("dyt_alpha_ffn") == ("norm_type", "dyt")
+    assert configurator.owner_of("layerscale_init") == ("res_scale", "layerscale")
+    assert configurator.owner_of("n_layer") is None and configurator.owner_of("geo") is None
+    defaults = configurator.read_settings(train.__file__)
+    pre = {k: v for k, (v, _) in defaults.items()}
+    assert configurator.idle_settings(pre, defaults) == []
+    given = pre | dict(geo_alpha=7.0, dyt_alpha_attn=5.0, layerscale_init=0.5, n_layer=9,
+                       mixln_alpha=defaults["mixln_alpha"][0])
+    assert configurator.idle_settings(given, defaults) == ["geo_alpha", "dyt_alpha_attn",
+                                                            "layerscale_init"]
+    on = given | dict(norm_mode="geonorm", norm_type="dyt", res_scale="layerscale")
+    assert configurator.idle_settings(on, defaults) == []
+    assert [configurator.varies(k, on) for k in ("geo_alpha", "mixln_alpha", "n_layer")] == [
+        True, False, True]
+    # peri is sandwich: sandwich's settings act on it
+    assert configurator.varies("sandwich_depth_scaled", configurator.entry_of("peri", {}, {}))
+    line = configurator.idle_line("geo_alpha", 7.0, "here", "fix it")
+    assert line == ("error: geo_alpha=7.0 does nothing here: it acts under "
+                    "norm_mode='geonorm'; fix it, or leave geo_alpha out")
+
+
 def test_modes_are_all_or_known_names_in_order_each_once():
     assert configurator.parse_modes("all") == list(configurator.ENTRIES)
     assert configurator.parse_modes("peri,pre,peri,geonorm") == ["peri", "pre", "geonorm"]

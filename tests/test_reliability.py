@@ -452,6 +452,13 @@ MISTAKES = {
                                   "gpas_gate_clip=0.01 clips GPAS's gates, but"),
     "a negative gate clip": (["--gpas", "--gpas_gate_clip=-1"],
                              "gpas_gate_clip must be at least 0"),
+    # a mode's or switch's own setting under another: the run would silently be another one
+    "geonorm's alpha under pre": (["--geo_alpha=7.0"],
+                                  "geo_alpha=7.0 does nothing under norm_mode='pre': it acts under "
+                                  "norm_mode='geonorm'; set that, or leave geo_alpha out"),
+    "DyT's alpha under Derf": (["--norm_type=derf", "--dyt_alpha_attn=5.0"],
+                               "dyt_alpha_attn=5.0 does nothing under norm_type='derf': it acts "
+                               "under norm_type='dyt'"),
     "accumulation that does not split": (["--gradient_accumulation_steps=3"],
                                          "gradient_accumulation_steps=3 does not split"),
     "resume: another vocabulary": (["--dataset=upper", "resume"],
