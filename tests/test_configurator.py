@@ -225,6 +225,8 @@ def test_a_modes_or_switchs_own_setting_acts_under_it_alone_and_elsewhere_is_idl
     line = configurator.idle_line("geo_alpha", 7.0, "here", "fix it")
     assert line == ("error: geo_alpha=7.0 does nothing here: it acts under "
                     "norm_mode='geonorm'; fix it, or leave geo_alpha out")
+    assert configurator.idle_line("dyt_alpha_ffn", 0.5, "here").endswith(
+        "it acts under norm_type='dyt'; set that, or leave dyt_alpha_ffn out")
 
 
 def test_modes_are_all_or_known_names_in_order_each_once():

@@ -588,6 +588,47 @@ def test_the_learning_rate_figure_is_a_panel_per_entry_with_pres_line_in_grey(tm
     assert tuple(fig.get_size_inches()) == pytest.approx((2 * 2.2, 1.8))  # one row of two
 
 
+def test_the_learning_rate_figures_marks_and_its_edges(tmp_path, drawn):
+    """Its marks: pre's line in grey (0.6) dashes a point wide; each seed a point of 10 in its
+    entry's colour at alpha 0.6, over the lines; the bars in its colour; a ^ of 6 points; the axes'
+    labels small. Its edges: a mean exactly 1 nat over the lowest is inside the axes (no ^, and
+    no cut); an entry at one rate beside one at two (another corpus's best) has its panel; one
+    entry alone is one panel, cut at 1 nat too."""
+    plan, runs = plan_of(tmp_path, "--modes=pre,deep", "--lrs=1e-3,1e-2", "--seeds=1,2")
+    finals = {("pre", 1e-3): 2.0, ("pre", 1e-2): 3.5, ("deep", 1e-3): 2.0, ("deep", 1e-2): 3.0}
+    for run in runs:
+        write_run(run["dir"], [(0, 4.0), (10, finals[run["mode"], run["lr"]])])
+    groups = results.summarize(runs, plan)
+    plots.plot_lr(groups, plan, tmp_path / "lr.png")
+    fig, _, _ = drawn["lr.png"]
+    pre, deep = fig.axes
+    assert marks_at_the_top(pre, "^") == [1e-2] and marks_at_the_top(deep, "^") == []  # 3.0 is in
+    [caret] = [line for line in pre.get_lines() if line.get_marker() == "^"]
+    assert (caret.get_markersize(), caret.get_markeredgewidth()) == (6, 2)
+    [grey] = [line for line in deep.get_lines() if line.get_linestyle() == "--"]
+    assert (matplotlib.colors.to_hex(grey.get_color()), grey.get_linewidth()) == ("#999999", 1)
+    colour = matplotlib.colors.to_rgb(plots.mode_color("deep"))
+    [points] = [c for c in deep.collections
+                if isinstance(c, matplotlib.collections.PathCollection)]
+    assert list(points.get_sizes()) == [10] and points.get_zorder() == 3
+    assert [tuple(c) for c in points.get_facecolor()] == [pytest.approx((*colour, 0.6))]
+    [bars] = [c for c in deep.collections if isinstance(c, matplotlib.collections.LineCollection)]
+    assert [tuple(c) for c in bars.get_color()] == [pytest.approx((*colour, 1.0))]
+    small = matplotlib.font_manager.FontProperties(size="small").get_size_in_points()
+    assert [text.get_fontsize() for text in fig.texts[:2]] == [small, small]
+    # the lowest 2.0, the highest 3.0: all inside, no cut
+    drawn.clear()
+    one_rate = [g for g in groups if (g["mode"], g["lr"]) != ("pre", 1e-2)]
+    plots.plot_lr(one_rate, plan, tmp_path / "lr.png")
+    fig, _, title = drawn["lr.png"]
+    assert [ax.get_title() for ax in fig.axes] == ["pre", "deep"] and "^" not in title
+    assert fig.axes[0].get_ylim()[1] > 3.0
+    drawn.clear()
+    plots.plot_lr([g for g in groups if g["mode"] == "pre"], plan, tmp_path / "lr.png")
+    [alone] = drawn["lr.png"][0].axes
+    assert alone.get_ylim()[1] == pytest.approx(3.0) and alone.get_xscale() == "log"
+
+
 def test_every_figure_marks_alike_a_diverged_seed_an_error_bar_and_a_curve(tmp_path, drawn):
     """The house's marks, the same in every figure, so that one legend of habits reads them all: an
     x of 9 points with 2-point strokes for a diverged seed, error bars (no line of their own) with
@@ -1091,6 +1132,10 @@ def test_the_table_of_every_run_gives_each_seeds_loss_at_each_rate_with_the_best
         "| post n_layer=2 | — | **s1 1.9000** | — |",
         "| pre n_layer=4 | s1 1.8000, s2 1.8200 | **s1 1.7000** | s1 1.7100, s2 1.7500 |",
         "| pre n_layer=2 | — | — | — |"]
+    # a family without a rate (an entry that ran one rate, on another corpus): — there
+    fewer = [g for g in groups if (g["mode"], g["lr"], g["sweep"]) != ("pre", 4e-3, {"n_layer": 4})]
+    assert "| pre n_layer=4 | s1 1.8000, s2 1.8200 | **s1 1.7000** | — |" in (
+        results.runs_table(fewer, rows).splitlines())
     text = results.results_text(groups, plan, ["CONFIG"], [])
     assert f"{results.race_table(rows)}\n\nEvery run's" in text
     assert f"\n\n{results.runs_table(groups, rows)}\n\n" in text
