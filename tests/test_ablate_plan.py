@@ -230,6 +230,10 @@ def test_a_setting_of_one_mode_goes_to_the_entries_it_acts_on_and_must_act_on_on
                                          "--entry_settings={'pre': {'dyt_alpha_ffn': 0.5}}"]),
              "dyt_alpha_ffn=0.5 does nothing in entry_settings of pre, under norm_type='norm'",
              "norm_type='dyt'")
+    # under the switch as the settings given to all set it, not its default
+    mentions(error_of(ablate.configure, ["--modes=sandwich,geonorm", "--norm_type=derf",
+                                         "--entry_settings={'sandwich': {'dyt_alpha_ffn': 0.5}}"]),
+             "in entry_settings of sandwich, under norm_type='derf'")
     # under the setting given to all, the entry reads it
     plan = ablate.configure(["--modes=sandwich,geonorm", "--norm_type=dyt",
                              "--entry_settings={'sandwich': {'dyt_alpha_ffn': 0.5}}"])
