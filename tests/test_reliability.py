@@ -216,6 +216,19 @@ def test_five_kill_9s_each_resumed_give_the_log_and_losses_of_an_uninterrupted_r
 
 # ------------------------------------------------------------------------------------- resume
 
+def test_a_checkpoint_holding_a_setting_its_mode_never_read_still_resumes(data_dir, tmp_path):
+    """A run saved before train.py refused a mode's own setting under another (pre given
+    dyt_alpha_attn by an older ablate.py, which gave a setting to every entry) resumes: only the
+    settings given are checked, not the checkpoint's."""
+    run(data_dir, tmp_path, "--max_iters=2")
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    ckpt["config"]["dyt_alpha_attn"] = 0.5
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    (tmp_path / "ckpt.pt.crc32.json").unlink()  # as another script saves it: no checksums
+    cfg, _ = train.configure([f"--out_dir={tmp_path}", "--init_from=resume", "--max_iters=3"])
+    assert (cfg.dyt_alpha_attn, cfg.norm_type) == (0.5, "norm")
+
+
 def test_resume_takes_weight_decay_betas_and_fused_from_the_settings(data_dir, tmp_path):
     run(data_dir, tmp_path, "--max_iters=2")
     ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
