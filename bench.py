@@ -148,14 +148,14 @@ def parse(argv):
     # train.py checks)
     vocab = GPT2_META if args.vocab_size is None else dict(vocab_size=args.vocab_size,
                                                            tokenizer="char")
+    settings_of = lambda mode: vars(cfg) | configurator.entry_settings(mode)  # a row's settings
     for mode in modes:
-        configurator.model_config(
-            types.SimpleNamespace(**vars(cfg) | configurator.entry_settings(mode)), vocab)
+        configurator.model_config(types.SimpleNamespace(**settings_of(mode)), vocab)
     # the baseline pre among them: a setting given to all can make it another row's model
-    configurator.check_alike(modes, lambda mode: vars(cfg) | configurator.entry_settings(mode))
+    configurator.check_alike(modes, settings_of)
     defaults = configurator.read_settings(TRAIN)
     configurator.check_acts({k: v for k, v in given.items() if k in defaults}, defaults, modes,
-                            lambda mode: vars(cfg) | configurator.entry_settings(mode))
+                            settings_of)
     # the head of a 50,257-token BPE vocabulary dominates a 125M model's memory
     if args.vocab_size is None:
         args.vocab_size = dataset_vocab(cfg.data_dir, cfg.dataset)
