@@ -142,11 +142,14 @@ def configure(argv):
     check_names(argv)
     own, given = configurator.parse_settings(argv, __file__, LEAST, TRAIN, "ablate_")
     settings = configurator.read_settings(TRAIN)
+    # a key --sweep gives replaces the config's values for it; given twice, it is a slip
+    sweep_keys = set()
     for arg in sweeps:
         key, _, values = arg.removeprefix("--sweep=").partition("=")
-        if key in own["ablate_sweep"]:
+        if key in sweep_keys:
             sys.exit(f"error: {arg} sweeps {key} again: give its values once, by commas "
                      f"(--sweep={key}=A,B)")
+        sweep_keys.add(key)
         own["ablate_sweep"] = own["ablate_sweep"] | {
             key: [configurator.parse_arg(f"--{key}={v}", settings)[key] for v in values.split(",")]}
     if swept := sorted(set(own["ablate_sweep"]) & set(PER_RUN)):

@@ -368,6 +368,17 @@ def test_a_bad_value_in_the_sweep_seeds_or_lrs_is_one_line_that_says_where(args,
     mentions(error_of(ablate.configure, args), *words)
 
 
+def test_a_sweep_key_on_the_command_line_replaces_the_configs_values_for_it_alone(tmp_path):
+    """The race's 4-block command gives --sweep=n_layer=4 over its config's n_layer sweep: the
+    command's values replace the config's for that key, and the config's other keys stay."""
+    config = tmp_path / "ablate_sweeps.py"
+    config.write_text('ablate_sweep = {"n_layer": [16], "geo_alpha": [1.0, 3.0]}\n')
+    plan = ablate.configure([str(config), "--modes=geonorm", "--sweep=n_layer=4,8"])
+    assert plan["sweep"] == {"n_layer": [4, 8], "geo_alpha": [1.0, 3.0]}
+    twice = [str(config), "--sweep=n_layer=4", "--sweep=n_layer=8"]
+    mentions(error_of(ablate.configure, twice), "--sweep=n_layer=8", "again", "once")
+
+
 def test_rates_that_round_alike_in_a_runs_name_are_one_run(tmp_path):
     """A run's folder gives its rate to 6 digits: 0.0010000001 is 0.001's run, not a second seed of
     it in the table."""
