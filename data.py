@@ -115,12 +115,16 @@ def check_out_dir(path, setting):
     if not existing.is_dir():
         raise SystemExit(f"error: {setting} {a_file_not_a_folder(path, existing)}; choose a folder "
                          f"(made if missing)")
+    times = existing.stat()
     try:  # os.access says yes to root anywhere, and /proc takes no new folder: try one
         tempfile.TemporaryDirectory(dir=existing, prefix=".normgpt-check-").cleanup()
     except OSError as e:
         raise SystemExit(
             f"error: {setting} {path}: cannot write in {existing} ({e.strerror}); choose a "
             "folder you can write in")
+    # the try made and removed a folder in it: a check that fails later leaves its times as found
+    with contextlib.suppress(OSError):  # not our folder (/tmp): its owner alone sets its times
+        os.utime(existing, ns=(times.st_atime_ns, times.st_mtime_ns))
 
 
 def a_file_not_a_folder(path, file):

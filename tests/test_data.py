@@ -381,6 +381,26 @@ def test_an_unusable_out_dir_is_one_line_naming_the_setting_and_the_path(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "f", "loop"]
 
 
+def test_checking_an_out_dir_leaves_it_as_found_its_times_included(tmp_path, monkeypatch):
+    """The check makes and removes a folder in out_dir (or in its nearest parent that exists): a
+    command that fails a later check must leave no trace there, not even a new modification time."""
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    (folder / "kept").write_text("mine")
+    os.utime(folder, ns=(1_000_000_000_123, 2_000_000_000_456))
+    for path in (folder, folder / "new" / "deeper"):
+        check_out_dir(path, "--out_dir")
+        # its access time aside: any reading of the folder, this test's too, may move that
+        assert folder.stat().st_mtime_ns == 2_000_000_000_456
+        assert sorted(p.name for p in folder.iterdir()) == ["kept"]
+
+    def not_owner(*args, **kwargs):  # a folder this user may write in but not own: /tmp
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "utime", not_owner)
+    check_out_dir(folder, "--out_dir")  # still a folder it can write in
+
+
 @pytest.mark.parametrize("meta, token", [
     (dict(eot_token=50256, chars=None), 50256),
     (dict(eot_token=0, chars=["a", "\n"]), 0),  # a token id of 0 is a token
