@@ -19,6 +19,7 @@ closely; under bf16 autocast (dtype auto on CUDA) by bf16's rounding, about 1% o
 for greedy or seeded samples to take different paths where two tokens are close. --dtype=float32
 when they must agree.
 """
+import os
 import signal
 
 # a Ctrl-C while torch loads ends the script without a traceback; data.run_cli reports later ones
@@ -85,6 +86,17 @@ def prompt_ids(text, encode, meta):
         "<|endoftext|> nor a newline; give a prompt: --start=TEXT")
 
 
+def check_memory(max_new_tokens):
+    """One line unless a sample's token ids (8 bytes each, as generate's int64 tensor holds them)
+    fit in this machine's memory: a sample larger runs for hours and then fails for memory."""
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if (needed := 8 * max_new_tokens) > memory:
+        raise SystemExit(
+            f"error: max_new_tokens={max_new_tokens} needs at least {needed / 1e9:,.0f} GB for a "
+            f"sample's token ids alone, more than this machine's {memory / 1e9:,.0f} GB of "
+            f"memory: ask for at most {memory // 8:,} tokens")
+
+
 class StreamPrinter:
     """generate's on_token for --stream: prints the text each new token adds. It decodes the whole
     sequence every time and holds back a trailing U+FFFD, so a character split across BPE tokens is
@@ -107,6 +119,7 @@ def main(argv):
     """Print num_samples samples (and return them) for the settings in argv, as on the command
     line."""
     s, _ = configurator.parse_settings(argv, __file__, RANGES)
+    check_memory(s["max_new_tokens"])
     device = devices.pick_device(s["device"])
     dtype = devices.pick_dtype(s["dtype"], device)
     model, meta = checkpoint.load_model(s["out_dir"], device)

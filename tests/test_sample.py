@@ -3,6 +3,7 @@ block_size as generate's docstring promises, top-k/top-p keep what they should, 
 is one line. Also the promises every tool (sample, eval, bench, ablate) keeps alike: a value out of
 its range, and Ctrl-C, end in one line, with every file as it was."""
 import contextlib
+import os
 import runpy
 import subprocess
 import sys
@@ -538,6 +539,22 @@ def test_bad_settings_are_one_line_errors(tmp_path, argv, message):
         run(write_checkpoint(tmp_path), *argv)
     assert (str(e.value).startswith("error: ") and message in str(e.value)
             and "\n" not in str(e.value))
+
+
+def test_a_sample_whose_token_ids_cannot_fit_in_memory_is_refused_before_it_starts(
+        tmp_path, monkeypatch):
+    """--max_new_tokens=10**12 generated for hours and then failed for memory: 8 bytes a token id
+    (generate's int64 tensor) is a floor, so a sample past memory / 8 tokens cannot finish."""
+    folder = write_checkpoint(tmp_path)
+    before = file_hashes(folder)
+    result = run_script(f"--out_dir={folder}", "--device=cpu", "--max_new_tokens=1000000000000")
+    assert_one_line_error(result, "max_new_tokens=1000000000000", "8,000 GB", "at most")
+    assert file_hashes(folder) == before
+    pages = {"SC_PHYS_PAGES": 1000, "SC_PAGE_SIZE": 4096}  # a machine of 4,096,000 bytes
+    monkeypatch.setattr(os, "sysconf", pages.get)
+    sample.check_memory(512_000)  # 8 bytes each: exactly its memory
+    mentions(error_of(sample.check_memory, 512_001), "max_new_tokens=512001", "0 GB",
+             "at most 512,000 tokens")
 
 
 def test_missing_checkpoint_truncated_checkpoint_and_wrong_model_are_one_line_errors(tmp_path):
