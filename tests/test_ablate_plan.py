@@ -203,7 +203,10 @@ def test_a_sweep_varying_no_entry_or_undoing_a_preset_and_a_seeds_at_off_the_swe
     (["--modes=peri,sandwich", "--embed_norm=True"], "peri and sandwich would be the same model "
                                                       "(both with embed_norm=True)"),
     (["--modes=pre,layerscale", "--entry_settings={'pre': {'res_scale': 'layerscale'}}"],
-     "pre and layerscale would be the same model (both with res_scale='layerscale')")])
+     "pre and layerscale would be the same model (both with res_scale='layerscale')"),
+    # a preset of two settings names both, in a list that reads
+    (["--modes=pre,x0mix", "--x0_mix=True", "--embed_norm=True"],
+     "pre and x0mix would be the same model (both with embed_norm=True, x0_mix=True)")])
 def test_two_entries_that_would_train_one_model_are_an_error(args, alike):
     """A setting given to every entry (or to one) can make a mode its preset: the table would
     compare one model with itself under two names. The settings that differ in the rest keep
