@@ -92,9 +92,9 @@ def check_memory(max_new_tokens):
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     if (needed := 8 * max_new_tokens) > memory:
         raise SystemExit(
-            f"error: max_new_tokens={max_new_tokens} needs at least {needed / 1e9:,.0f} GB for a "
-            f"sample's token ids alone, more than this machine's {memory / 1e9:,.0f} GB of "
-            f"memory: ask for at most {memory // 8:,} tokens")
+            f"error: max_new_tokens={max_new_tokens} needs at least {needed:,} bytes for a "
+            f"sample's token ids alone, more than this machine's {memory:,} bytes of memory: ask "
+            f"for at most {memory // 8:,} tokens")
 
 
 class StreamPrinter:

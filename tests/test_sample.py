@@ -548,13 +548,14 @@ def test_a_sample_whose_token_ids_cannot_fit_in_memory_is_refused_before_it_star
     folder = write_checkpoint(tmp_path)
     before = file_hashes(folder)
     result = run_script(f"--out_dir={folder}", "--device=cpu", "--max_new_tokens=1000000000000")
-    assert_one_line_error(result, "max_new_tokens=1000000000000", "8,000 GB", "at most")
+    assert_one_line_error(result, "max_new_tokens=1000000000000", "8,000,000,000,000 bytes",
+                          "at most")
     assert file_hashes(folder) == before
     pages = {"SC_PHYS_PAGES": 1000, "SC_PAGE_SIZE": 4096}  # a machine of 4,096,000 bytes
     monkeypatch.setattr(os, "sysconf", pages.get)
     sample.check_memory(512_000)  # 8 bytes each: exactly its memory
-    mentions(error_of(sample.check_memory, 512_001), "max_new_tokens=512001", "0 GB",
-             "at most 512,000 tokens")
+    mentions(error_of(sample.check_memory, 512_001), "max_new_tokens=512001",
+             "at least 4,096,008 bytes", "this machine's 4,096,000 bytes", "at most 512,000 tokens")
 
 
 def test_missing_checkpoint_truncated_checkpoint_and_wrong_model_are_one_line_errors(tmp_path):
