@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import pathlib
+import re
 import runpy
 import signal
 import subprocess
@@ -81,6 +82,20 @@ def error_of(call, *args, **kwargs):
     message = str(e.value.code)
     assert message.startswith("error: ") and "\n" not in message
     return message
+
+
+def ablate_commands(lines):
+    """The ablate.py commands among lines (a page's, a docstring's), as argument lists: comments
+    dropped, placeholders given values (BEST: 2e-3, DIR: a folder); those of a config or mode the
+    reader names (CONFIG.py, --modes=..., a mode to add) left out."""
+    commands = []
+    for line in lines:
+        command = line.split("#")[0]
+        if "python ablate.py configs/" in command and not re.search(r"\.\.\.|skipinit", command):
+            args = command.split("python ablate.py ")[1].split()
+            commands.append([re.sub(r"BEST\d?", "2e-3", arg).replace("DIR", "figures")
+                             for arg in args])
+    return commands
 
 
 def mentions(message, *words):

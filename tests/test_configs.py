@@ -2,7 +2,6 @@
 train.py (or ablate.py) reads them, without building a model; the lab's configs set what their
 docstrings promise."""
 import ast
-import re
 import types
 from pathlib import Path
 
@@ -11,13 +10,13 @@ import pytest
 import ablate
 import configurator
 from configurator import ENTRIES
-from conftest import ROOT
+from conftest import ROOT, ablate_commands
 from model import NORM_MODES, GPTConfig
 
 CONFIGS = sorted((ROOT / "configs").glob("*.py"))
 TRAIN, ABLATE = str(ROOT / "train.py"), str(ROOT / "ablate.py")
-# GPT-2's BPE: every config's model is valid at its vocabulary
 TRAIN_SETTINGS = configurator.read_settings(TRAIN)
+# GPT-2's BPE: every config's model is valid at its vocabulary
 META = {"tokenizer": "gpt2", "vocab_size": 50257}
 
 
@@ -50,26 +49,13 @@ def test_every_config_is_train_settings_and_a_valid_gptconfig(path):
         assert cfg["out_dir"] != "out", "an out_dir of its own"
 
 
-def documented_commands(path):
-    """The ablate.py commands an ablation config's docstring gives, as argument lists, its
-    placeholders (BEST, DIR) given values."""
-    doc = ast.get_docstring(ast.parse(path.read_text()))
-    commands = []
-    for line in doc.splitlines():
-        if "python ablate.py " not in line:
-            continue
-        words = line.split("#")[0].split("python ablate.py ")[1].split()
-        commands.append([re.sub(r"BEST\d?", "2e-3", w).replace("DIR", "figures") for w in words])
-    return commands
-
-
 @pytest.mark.parametrize("path", [p for p in CONFIGS if p.name.startswith("ablate_")],
                          ids=lambda p: p.name)
 def test_every_command_an_ablation_configs_docstring_gives_plans_its_runs(path, monkeypatch):
     """The race's 4-block command (--sweep=n_layer=4 over the config's own n_layer sweep) was
     refused as a key swept twice: a documented command must plan."""
     monkeypatch.chdir(ROOT)  # the commands' paths are the repository's
-    commands = documented_commands(path)
+    commands = ablate_commands(ast.get_docstring(ast.parse(path.read_text())).splitlines())
     assert commands, "its docstring gives no ablate.py command"
     for args in commands:
         plan = ablate.configure(args)

@@ -7,7 +7,8 @@ import re
 import matplotlib.image
 import pytest
 
-from conftest import ROOT
+import ablate
+from conftest import ROOT, ablate_commands
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^]]*]\(([^)\s]+)\)")  # [text](target) and ![alt](target)
@@ -103,28 +104,21 @@ def test_the_first_screen_of_the_readme_installs_runs_and_tests():
         assert any(line.startswith(start) for line in first), start
 
 
-def ablate_commands(page):
-    """The ablate.py commands a page gives, in code blocks or inline, as argument lists; those of
-    a config or mode the reader names (CONFIG.py, --modes=..., a mode to add) left out."""
-    text = page.read_text().replace("\\\n", " ")  # a command continued over lines is one
+def command_lines(page):
+    """The lines of a page's code blocks and its inline commands, a command continued over lines
+    joined into one."""
+    text = page.read_text().replace("\\\n", " ")
     blocks = "\n".join(re.findall(r"^```.*?^```$", text, flags=re.S | re.M))
-    inline = re.findall(r"`(python ablate\.py [^`]+)`", " ".join(prose(page).split()))
-    commands = []
-    for line in [*blocks.splitlines(), *inline]:
-        command = line.split("#")[0]
-        if "python ablate.py configs/" in command and not re.search(r"\.\.\.|skipinit", command):
-            args = command.split("python ablate.py ")[1].split()
-            commands.append([arg.replace("DIR", "figures") for arg in args])
-    return commands
+    inline = re.findall(r"`(python [^`]+)`", " ".join(prose(page).split()))
+    return [*blocks.splitlines(), *inline]
 
 
 def test_every_ablation_command_in_the_docs_plans_its_runs(monkeypatch):
     """A command a reader copies from a page plans its runs: docs/depth.md's QK-norm command and
     the race's 4-block one (a --sweep over the config's own) were refused by a check of a key
     swept twice."""
-    import ablate
     monkeypatch.chdir(ROOT)  # the commands' paths are the repository's
-    commands = [args for page in PAGES for args in ablate_commands(page)]
+    commands = [args for page in PAGES for args in ablate_commands(command_lines(page))]
     assert len(commands) >= 15, commands  # the README's list, the ladder's, the lab's, the race's
     for args in commands:
         assert ablate.plan_runs(ablate.configure(args), ROOT / "out"), args
