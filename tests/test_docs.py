@@ -3,11 +3,13 @@ page and figure under docs/ is reachable, and the README stays a page with CI's 
 it."""
 import json
 import re
+import shlex
 
 import matplotlib.image
 import pytest
 
 import ablate
+import configurator
 from conftest import ROOT, ablate_commands
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -122,6 +124,31 @@ def test_every_ablation_command_in_the_docs_plans_its_runs(monkeypatch):
     assert len(commands) >= 15, commands  # the README's list, the ladder's, the lab's, the race's
     for args in commands:
         assert ablate.plan_runs(ablate.configure(args), ROOT / "out"), args
+
+
+def test_every_command_of_train_sample_eval_and_bench_in_the_docs_gives_settings_they_take(
+        monkeypatch):
+    """A setting renamed in a script and not on its pages is a command that fails for the reader
+    who copies it: each documented command's settings and config files are read as the script
+    reads them (their values checked against its ranges)."""
+    import bench
+    import eval as evaluation
+    import sample
+    import train
+    scripts = {"train": train, "sample": sample, "eval": evaluation, "bench": bench}
+    monkeypatch.chdir(ROOT)  # the commands' config files are the repository's
+    checked = 0
+    for page in PAGES:
+        for line in command_lines(page):
+            command = re.search(r"python (train|sample|eval|bench)\.py(.*)", line.split("  #")[0])
+            if not command or re.search(r"--help|\bCONFIG\b", command[2]):
+                continue
+            script = scripts[command[1]]
+            train_too = (str(ROOT / "train.py"), "bench_") if script is bench else ()
+            configurator.parse_settings(shlex.split(command[2]), script.__file__, script.RANGES,
+                                        *train_too)
+            checked += 1
+    assert checked >= 25, checked  # the README's commands, and those of five pages
 
 
 def test_committed_runs_hold_no_machine_paths():
