@@ -377,7 +377,8 @@ def test_an_unusable_out_dir_is_one_line_naming_the_setting_and_the_path(tmp_pat
 
     monkeypatch.setattr("tempfile.TemporaryDirectory", refused)
     message = error_of(check_out_dir, tmp_path / "x", "--out_dir")
-    assert f"--out_dir {tmp_path}/x: cannot write in {tmp_path} (Permission denied)" in message
+    mentions(message, f"--out_dir {tmp_path}/x: cannot write in {tmp_path} (Permission denied)",
+             "choose a folder you can write in")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "f", "loop"]
 
 
