@@ -192,8 +192,8 @@ def configure(argv):
                  "total_batch_size=0 to set gradient_accumulation_steps")
     # a mode's or switch's own setting under another would be ignored, and the run be another one
     # (a checkpoint's own, from before this check, is its run's: only the given are checked)
-    idle = configurator.idle_settings(cfg, configurator.read_settings(__file__))
-    if idle := [key for key in idle if key in given]:
+    defaults = configurator.read_settings(__file__)
+    if idle := [key for key in configurator.idle_settings(cfg, defaults) if key in given]:
         owner, _ = configurator.owner_of(idle[0])
         sys.exit(configurator.idle_line(idle[0], cfg[idle[0]], f"under {owner}={cfg[owner]!r}"))
     if cfg["gpas_gate_clip"] and not cfg["gpas"]:

@@ -9,7 +9,11 @@ import matplotlib.image
 import pytest
 
 import ablate
+import bench
 import configurator
+import eval as evaluation
+import sample
+import train
 from conftest import ROOT, ablate_commands
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -131,10 +135,6 @@ def test_every_command_of_train_sample_eval_and_bench_in_the_docs_gives_settings
     """A setting renamed in a script and not on its pages is a command that fails for the reader
     who copies it: each documented command's settings and config files are read as the script
     reads them (their values checked against its ranges)."""
-    import bench
-    import eval as evaluation
-    import sample
-    import train
     scripts = {"train": train, "sample": sample, "eval": evaluation, "bench": bench}
     monkeypatch.chdir(ROOT)  # the commands' config files are the repository's
     checked = 0
