@@ -160,6 +160,25 @@ def test_committed_runs_hold_no_machine_paths():
         assert json.loads(text)["config"]["out_dir"] == str(path.parent.relative_to(ROOT)), path
 
 
+def test_the_race_pages_seconds_are_its_committed_runs_seconds():
+    """race.md's table of seconds, each committed 16-block run's seconds.json to the nearest 10 s:
+    a run committed without its cell, a cell edited by hand or left for a run taken out, or a
+    run committed without its seconds, fails."""
+    section = (ROOT / "docs" / "race.md").read_text().split("\n## The runs' seconds\n")[1]
+    [table] = re.findall(r"(?:^\|.*\n)+", section, re.M)
+    header, _, *rows = [line.strip("|").split(" | ") for line in table.strip().splitlines()]
+    rates = [float(cell.removeprefix("lr ")) for cell in header[1:]]
+    page = {(name.strip(), rate): cell.strip()
+            for name, *cells in rows for rate, cell in zip(rates, cells) if cell.strip()}
+    runs = {}
+    for folder in (ROOT / "docs" / "race_char" / "runs" / "ablate").glob("*_n_layer16"):
+        name = re.fullmatch(r"(\w+)_lr([\d.e-]+)_s(\d+)_n_layer16", folder.name)
+        mode, rate, seed = name.groups()
+        seconds = json.loads((folder / "seconds.json").read_text())["seconds"]
+        runs[f"{mode} s{seed}", float(rate)] = f"{round(seconds, -1):,.0f}"
+    assert len(runs) >= 104 and page == runs
+
+
 def test_every_line_of_code_is_within_100_characters():
     """The house rule, as nanoGPT keeps it: the code and its tests read without scrolling, one
     statement a line (configs/ too: a fork edits them first)."""
