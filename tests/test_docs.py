@@ -172,8 +172,8 @@ def test_the_race_pages_seconds_are_its_committed_runs_seconds():
             for name, *cells in rows for rate, cell in zip(rates, cells) if cell.strip() != "—"}
     runs = {}
     for folder in (ROOT / "docs" / "race_char" / "runs" / "ablate").glob("*_n_layer16"):
-        name = re.fullmatch(r"(\w+)_lr([\d.e-]+)_s(\d+)_n_layer16", folder.name)
-        mode, rate, seed = name.groups()
+        parts = re.fullmatch(r"(\w+)_lr([\d.e-]+)_s(\d+)_n_layer16", folder.name)
+        mode, rate, seed = parts.groups()  # ablate.py's name: MODE_lrRATE_sSEED_n_layer16
         seconds = json.loads((folder / "seconds.json").read_text())["seconds"]
         runs[f"{mode} s{seed}", float(rate)] = f"{round(seconds, -1):,.0f}"
     assert len(runs) >= 104 and page == runs
