@@ -144,13 +144,11 @@ def parse(argv):
     cfg["device"] = devices.pick_device(cfg["device"])
     cfg = types.SimpleNamespace(**cfg)
     # every entry's model settings, checked by GPTConfig.validate before any is built, and before
-    # the dataset is read or pystdlib made (on GPT-2's vocabulary until the dataset's is known, as
-    # train.py checks)
-    vocab = GPT2_META if args.vocab_size is None else dict(vocab_size=args.vocab_size,
-                                                           tokenizer="char")
+    # the dataset is read or pystdlib made: on GPT-2's vocabulary, as train.py checks a dataset
+    # not yet made (no check depends on the vocabulary's size)
     settings_of = lambda mode: vars(cfg) | configurator.entry_settings(mode)  # a row's settings
     for mode in modes:
-        configurator.model_config(types.SimpleNamespace(**settings_of(mode)), vocab)
+        configurator.model_config(types.SimpleNamespace(**settings_of(mode)), GPT2_META)
     # the baseline pre among them: a setting given to all can make it another row's model
     configurator.check_alike(modes, settings_of)
     defaults = configurator.read_settings(TRAIN)
