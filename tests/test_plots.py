@@ -1174,7 +1174,7 @@ def test_the_race_table_on_its_page_is_the_one_its_committed_runs_give(tmp_path,
     page's."""
     section = (ROOT / "docs" / "race.md").read_text().split("\n## The table so far\n")[1]
     section = section.split("\n## ")[0]
-    command = section.replace(" \\\n    ", " ")  # a command on two lines is one
+    command = section.replace("\\\n", " ")  # a command continued over lines is one
     [args] = re.findall(r"^python ablate\.py (.*) --figures=DIR$", command, re.M)
     [baseline] = re.findall(r"frequency baseline, (\d\.\d{4}) nats here", section)
     text = SHARED / "data" / "tinyshakespeare.txt"
